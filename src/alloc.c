@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/* alloc.c - the allocation functions of rdma_malloc.h. */
+#include <errno.h>
+#include <jemalloc/jemalloc.h>
+#include <string.h>
+
+#include "chunk.h"
+#include "heap.h"
+#include "init.h"
+#include "log.h"
+#include "regtable.h"
+
+static inline struct rdmalloc_heap *heap_or_default(rdma_heap_t *heap)
+{
+	return heap ? (struct rdmalloc_heap *)heap : rdmalloc_heap_get_default();
+}
+
+/* The heap of @ptr; an address that is not ours is fatal, as glibc's free()
+ * treats an invalid pointer. */
+static inline struct rdmalloc_heap *heap_of(const void *ptr, const char *who)
+{
+	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
+	if (unlikely(!c))
+		rdmalloc_fatal("%s(%p): not memory from rdmalloc", who, ptr);
+	return c->heap;
+}
+
+static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
+{
+	void *p = mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
+	if (unlikely(!p))
+		errno = ENOMEM;
+	return p;
+}
+
+static int bad_alignment(size_t alignment)
+{
+	return !is_pow2(alignment);
+}
+
+RDMA_EXPORT void *rdma_heap_malloc(rdma_heap_t *heap, size_t size)
+{
+	rdmalloc_init();
+	return alloc(heap_or_default(heap), size, 0);
+}
+
+RDMA_EXPORT void *rdma_heap_calloc(rdma_heap_t *heap, size_t nmemb, size_t size)
+{
+	size_t total;
+	if (__builtin_mul_overflow(nmemb, size, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	rdmalloc_init();
+	return alloc(heap_or_default(heap), total, MALLOCX_ZERO);
+}
+
+RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
+{
+	if (bad_alignment(alignment)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	rdmalloc_init();
+	return alloc(heap_or_default(heap), size, MALLOCX_ALIGN(alignment));
+}
+
+RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
+{
+	rdmalloc_init();
+	struct rdmalloc_heap *h = heap_or_default(heap);
+	if (!ptr)
+		return alloc(h, size, 0);
+	struct rdmalloc_heap *from = heap_of(ptr, "rdma_heap_realloc");
+	if (from != h) {
+		/* Moving between heaps: copy, then free from the old one. */
+		void *q = alloc(h, size, 0);
+		if (!q)
+			return NULL;
+		size_t old = sallocx(ptr, 0);
+		memcpy(q, ptr, old < size ? old : size);
+		dallocx(ptr, rdmalloc_heap_free_flags(from));
+		return q;
+	}
+	void *q = rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
+	if (unlikely(!q))
+		errno = ENOMEM;
+	return q;
+}
+
+RDMA_EXPORT void *rdma_malloc(size_t size)
+{
+	return rdma_heap_malloc(NULL, size);
+}
+
+RDMA_EXPORT void *rdma_calloc(size_t nmemb, size_t size)
+{
+	return rdma_heap_calloc(NULL, nmemb, size);
+}
+
+RDMA_EXPORT void *rdma_aligned_alloc(size_t alignment, size_t size)
+{
+	return rdma_heap_aligned_alloc(NULL, alignment, size);
+}
+
+RDMA_EXPORT void *rdma_realloc(void *ptr, size_t size)
+{
+	if (!ptr)
+		return rdma_heap_malloc(NULL, size);
+	rdmalloc_init();
+	return rdma_heap_realloc((rdma_heap_t *)heap_of(ptr, "rdma_realloc"), ptr, size);
+}
+
+RDMA_EXPORT int rdma_posix_memalign(void **memptr, size_t alignment, size_t size)
+{
+	if (!memptr || bad_alignment(alignment) || alignment % sizeof(void *))
+		return EINVAL;
+	int saved = errno;
+	void *p = rdma_heap_aligned_alloc(NULL, alignment, size);
+	errno = saved;
+	if (!p)
+		return ENOMEM;
+	*memptr = p;
+	return 0;
+}
+
+RDMA_EXPORT void rdma_free(void *ptr)
+{
+	if (!ptr)
+		return;
+	dallocx(ptr, rdmalloc_heap_free_flags(heap_of(ptr, "rdma_free")));
+}
+
+RDMA_EXPORT size_t rdma_malloc_usable_size(const void *ptr)
+{
+	if (!ptr || !rdmalloc_table_lookup(ptr))
+		return 0;
+	return sallocx(ptr, 0);
+}

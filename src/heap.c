@@ -1,0 +1,343 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * heap.c - heaps: one jemalloc arena each, with our extent hooks, one set of
+ * access flags, and one explicit thread cache per thread.
+ *
+ * Why explicit caches: jemalloc's automatic thread cache is shared by all
+ * arenas, so memory freed from heap A could be handed out by a malloc of
+ * heap B.  Each thread gets a cache of its own per heap (tcache.create),
+ * used for allocations and frees of that heap only.  When jemalloc has no
+ * cache left to give (about 4093), the thread runs that heap uncached
+ * (logged once, counted in tcache_fallbacks).
+ *
+ * A cache id belongs to one heap generation (tc_owner); whoever destroys it
+ * (the heap's destruction or the thread's exit) checks and clears that under
+ * tc_mutex, so no id is destroyed twice or after reuse.
+ */
+#include "heap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "chunk.h"
+#include "hooks.h"
+#include "init.h"
+#include "log.h"
+#include "options.h"
+#include "regtable.h"
+#include "stats.h"
+
+struct rdmalloc_heap {
+	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
+	unsigned arena;
+	unsigned int access;
+	unsigned slot;
+	uint32_t gen; /* unique per heap lifetime, never 0 */
+};
+
+#define TC_MAX 4096
+
+static pthread_mutex_t heap_mutex = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(struct rdmalloc_heap *) heaps[RDMA_MALLOC_MAX_HEAPS];
+static struct rdmalloc_heap *default_heap;
+static uint32_t gen_counter;
+
+static pthread_mutex_t tc_mutex = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t tc_owner[TC_MAX];
+static pthread_key_t tc_key;
+
+struct tl_cache {
+	uint32_t gen;
+	int tcflag; /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
+};
+static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
+
+struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks)
+{
+	return (struct rdmalloc_heap *)hooks;
+}
+
+unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h)
+{
+	return h->access;
+}
+
+unsigned rdmalloc_heap_arena(const struct rdmalloc_heap *h)
+{
+	return h->arena;
+}
+
+struct rdmalloc_heap *rdmalloc_heap_get_default(void)
+{
+	return default_heap;
+}
+
+unsigned rdmalloc_heap_count(void)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
+		n += atomic_load_explicit(&heaps[i], memory_order_relaxed) != NULL;
+	return n;
+}
+
+static int arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "arena.%u.%s", arena, what);
+	return mallctl(name, oldp, oldlen, newp, newlen);
+}
+
+const void *rdmalloc_arena_hooks(unsigned arena)
+{
+	extent_hooks_t *h = NULL;
+	size_t sz = sizeof(h);
+	if (arena_ctl(arena, "extent_hooks", &h, &sz, NULL, 0))
+		return NULL;
+	return h;
+}
+
+const void *rdmalloc_default_extent_hooks(void)
+{
+	return rdmalloc_arena_hooks(0);
+}
+
+unsigned rdmalloc_automatic_arenas(void)
+{
+	unsigned n = 0;
+	size_t sz = sizeof(n);
+	if (mallctl("opt.narenas", &n, &sz, NULL, 0))
+		return 0;
+	return n;
+}
+
+void *rdmalloc_je_malloc(size_t size)
+{
+	return malloc(size);
+}
+
+void rdmalloc_je_free(void *p)
+{
+	free(p);
+}
+
+uint64_t rdmalloc_heap_live_bytes(void)
+{
+	uint64_t epoch = 1, total = 0;
+	size_t sz = sizeof(epoch);
+	mallctl("epoch", &epoch, &sz, &epoch, sz);
+	pthread_mutex_lock(&heap_mutex);
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
+		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
+		if (!h)
+			continue;
+		static const char *const parts[] = { "small.allocated", "large.allocated" };
+		for (size_t k = 0; k < ARRAY_SIZE(parts); k++) {
+			char name[64];
+			size_t v = 0;
+			sz = sizeof(v);
+			snprintf(name, sizeof(name), "stats.arenas.%u.%s", h->arena, parts[k]);
+			if (mallctl(name, &v, &sz, NULL, 0) == 0)
+				total += v;
+		}
+	}
+	pthread_mutex_unlock(&heap_mutex);
+	return total;
+}
+
+/* tc_mutex held. */
+static void tcache_destroy_locked(unsigned tc)
+{
+	tc_owner[tc] = 0;
+	if (mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc)))
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "tcache.destroy(%u) failed", tc);
+}
+
+static void thread_exit(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&tc_mutex);
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
+		struct tl_cache *t = &tl[i];
+		if (t->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
+			unsigned tc = (unsigned)((t->tcflag >> 8) - 2);
+			if (tc < TC_MAX && tc_owner[tc] == t->gen)
+				tcache_destroy_locked(tc);
+		}
+		t->gen = 0;
+	}
+	pthread_mutex_unlock(&tc_mutex);
+}
+
+static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct tl_cache *t)
+{
+	unsigned tc = 0;
+	size_t sz = sizeof(tc);
+	int flag = MALLOCX_TCACHE_NONE;
+	pthread_mutex_lock(&tc_mutex);
+	if (mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
+		if (tc < TC_MAX) {
+			tc_owner[tc] = h->gen;
+			flag = MALLOCX_TCACHE(tc);
+		} else {
+			mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
+		}
+	}
+	pthread_mutex_unlock(&tc_mutex);
+	if (flag == MALLOCX_TCACHE_NONE) {
+		STAT_INC(tcache_fallbacks);
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no jemalloc thread cache left: this thread "
+				  "allocates from heap %u uncached (slower; counted in tcache_fallbacks)",
+				  h->slot);
+	} else {
+		pthread_setspecific(tc_key, (void *)1);
+	}
+	t->gen = h->gen;
+	t->tcflag = flag;
+	return flag;
+}
+
+static inline int tcache_flag(struct rdmalloc_heap *h)
+{
+	struct tl_cache *t = &tl[h->slot];
+	if (likely(t->gen == h->gen))
+		return t->tcflag;
+	return tcache_slow(h, t);
+}
+
+#ifdef RDMALLOC_MUTATION_SHARED_TCACHE /* test-only: jemalloc's shared cache */
+#define tcache_flag(h) ((void)(h), 0)
+#endif
+
+int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h)
+{
+	return MALLOCX_ARENA(h->arena) | tcache_flag(h);
+}
+
+int rdmalloc_heap_free_flags(struct rdmalloc_heap *h)
+{
+	return tcache_flag(h);
+}
+
+static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
+{
+	pthread_mutex_lock(&heap_mutex);
+	struct rdmalloc_heap *h = NULL;
+	unsigned slot = 0;
+	while (slot < RDMA_MALLOC_MAX_HEAPS && atomic_load_explicit(&heaps[slot], memory_order_relaxed))
+		slot++;
+	if (slot == RDMA_MALLOC_MAX_HEAPS) {
+		*err = EAGAIN;
+		goto out;
+	}
+	h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (h == MAP_FAILED) {
+		h = NULL;
+		*err = ENOMEM;
+		goto out;
+	}
+	h->hooks = rdmalloc_extent_hooks;
+	h->access = access;
+	h->slot = slot;
+	if (++gen_counter == 0)
+		++gen_counter;
+	h->gen = gen_counter;
+	/* Created without hooks, then given ours: the arena's own metadata
+	 * stays on plain mmap, only data extents come from our chunks (so a
+	 * peer with an rkey can never reach the allocator's bookkeeping). */
+	size_t sz = sizeof(h->arena);
+	if (mallctl("arenas.create", &h->arena, &sz, NULL, 0)) {
+		munmap(h, sizeof(*h));
+		h = NULL;
+		*err = EAGAIN;
+		goto out;
+	}
+	extent_hooks_t *hooks = &h->hooks;
+	ssize_t never = -1;
+#ifdef RDMALLOC_MUTATION_PURGE /* test-only: purge freed pages at once */
+	never = 0;
+#endif
+	size_t grow = rdmalloc_opts.chunk_max;
+	if (arena_ctl(h->arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
+	    arena_ctl(h->arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never)) ||
+	    arena_ctl(h->arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never)) ||
+	    (grow && arena_ctl(h->arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))))
+		rdmalloc_fatal("configuring jemalloc arena %u failed", h->arena);
+	atomic_store_explicit(&heaps[slot], h, memory_order_release);
+out:
+	pthread_mutex_unlock(&heap_mutex);
+	return h;
+}
+
+void rdmalloc_heap_init(unsigned int access)
+{
+	int e = pthread_key_create(&tc_key, thread_exit);
+	if (e)
+		rdmalloc_fatal("pthread_key_create: %s", strerror(e));
+	int err = 0;
+	default_heap = heap_new(access, &err);
+	if (!default_heap)
+		rdmalloc_fatal("cannot create the default heap: %s", strerror(err));
+}
+
+RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
+{
+	rdmalloc_init();
+	unsigned int access = attr ? attr->access : rdmalloc_opts.access;
+	if (attr && (attr->flags || !rdmalloc_access_valid(access))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	int err = 0;
+	struct rdmalloc_heap *h = heap_new(access, &err);
+	if (!h)
+		errno = err;
+	return (rdma_heap_t *)h;
+}
+
+RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
+{
+	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
+	rdmalloc_init();
+	if (!h || h == default_heap)
+		return EINVAL;
+	pthread_mutex_lock(&heap_mutex);
+	if (atomic_load_explicit(&heaps[h->slot], memory_order_relaxed) != h) {
+		pthread_mutex_unlock(&heap_mutex);
+		return EINVAL;
+	}
+	atomic_store_explicit(&heaps[h->slot], NULL, memory_order_release);
+	/* jemalloc requires every cache that holds the arena's memory to be
+	 * flushed before arena.<i>.destroy. */
+	pthread_mutex_lock(&tc_mutex);
+	for (unsigned tc = 0; tc < TC_MAX; tc++)
+		if (tc_owner[tc] == h->gen)
+			tcache_destroy_locked(tc);
+	pthread_mutex_unlock(&tc_mutex);
+	if (arena_ctl(h->arena, "destroy", NULL, NULL, NULL, 0))
+		rdmalloc_fatal("arena.%u.destroy failed", h->arena);
+	size_t left = rdmalloc_chunk_release_heap(h);
+	if (left)
+		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
+			     left, h->slot);
+	pthread_mutex_unlock(&heap_mutex);
+	munmap(h, sizeof(*h));
+	return 0;
+}
+
+RDMA_EXPORT rdma_heap_t *rdma_heap_default(void)
+{
+	rdmalloc_init();
+	return (rdma_heap_t *)default_heap;
+}
+
+RDMA_EXPORT unsigned int rdma_heap_access(const rdma_heap_t *heap)
+{
+	rdmalloc_init();
+	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
+	return h->access;
+}

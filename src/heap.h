@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/* heap.h - heaps: one jemalloc arena each, with our extent hooks, one set of
+ * access flags, and one thread cache per thread. */
+#ifndef RDMALLOC_HEAP_H
+#define RDMALLOC_HEAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler.h"
+
+struct rdmalloc_heap;
+
+/* Create the default heap (initialisation). */
+void rdmalloc_heap_init(unsigned int access);
+struct rdmalloc_heap *rdmalloc_heap_get_default(void);
+
+unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h);
+unsigned rdmalloc_heap_count(void);
+uint64_t rdmalloc_heap_live_bytes(void);
+
+/* The jemalloc flags for allocating from @h on this thread:
+ * MALLOCX_ARENA(arena) | MALLOCX_TCACHE(this thread's cache for @h). */
+int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h);
+/* The flags for freeing or resizing memory of @h on this thread. */
+int rdmalloc_heap_free_flags(struct rdmalloc_heap *h);
+
+/* The heap whose hooks are @hooks (an extent_hooks_t *). */
+struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks);
+
+/* For the tests: the arena index of @h, and the hooks installed on any arena. */
+RDMALLOC_TESTABLE unsigned rdmalloc_heap_arena(const struct rdmalloc_heap *h);
+RDMALLOC_TESTABLE const void *rdmalloc_arena_hooks(unsigned arena);
+RDMALLOC_TESTABLE const void *rdmalloc_default_extent_hooks(void);
+RDMALLOC_TESTABLE unsigned rdmalloc_automatic_arenas(void);
+/* The private jemalloc's own malloc/free (automatic arenas), for the tests
+ * that re-enter jemalloc from inside a hook, as libibverbs does under the
+ * LD_PRELOAD drop-in. */
+RDMALLOC_TESTABLE void *rdmalloc_je_malloc(size_t size);
+RDMALLOC_TESTABLE void rdmalloc_je_free(void *p);
+
+#endif

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hooks.c - the jemalloc extent hooks of every heap.
+ *
+ * Contracts (jemalloc 5.3, see doc/design.md): a hook returns false for
+ * success and true for failure or refusal.  Our hooks:
+ *  - alloc: map a new chunk, register it with every attached PD and publish
+ *    it before jemalloc carves a single object out of it;
+ *  - dalloc, decommit, purge_forced, purge_lazy: refuse.  Pages the NIC has
+ *    pinned must never be unmapped, decommitted or purged: the CPU would see
+ *    a fresh zero page while the NIC keeps writing the old one;
+ *  - destroy (only on rdma_heap_destroy): hand the range back to chunk.c;
+ *  - split: allow (registration covers the whole chunk);
+ *  - merge: allow only inside one chunk, so that no extent, hence no
+ *    allocation, ever straddles two registrations;
+ *  - commit: memory is always committed, nothing to do.
+ * Hooks never call mallctl (jemalloc may hold ctl_mtx around them) and never
+ * allocate from jemalloc.
+ */
+#include "hooks.h"
+
+#include <sys/mman.h>
+
+#include "chunk.h"
+#include "heap.h"
+#include "regtable.h"
+#include "stats.h"
+
+static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_t alignment,
+			bool *zero, bool *commit, unsigned arena_ind)
+{
+	(void)arena_ind;
+	if (new_addr) /* growing in place at a given address: not ours to give */
+		return NULL;
+	struct rdmalloc_chunk *c = rdmalloc_chunk_create(rdmalloc_heap_of_hooks(self), size, alignment);
+	if (!c)
+		return NULL;
+	*zero = true; /* fresh anonymous mapping */
+	*commit = true;
+	return (void *)c->base;
+}
+
+static bool hook_refuse(void)
+{
+	STAT_INC(purges_refused);
+	return true;
+}
+
+static bool hook_dalloc(extent_hooks_t *self, void *addr, size_t size, bool committed, unsigned arena_ind)
+{
+	(void)self, (void)addr, (void)size, (void)committed, (void)arena_ind;
+	return hook_refuse();
+}
+
+static void hook_destroy(extent_hooks_t *self, void *addr, size_t size, bool committed, unsigned arena_ind)
+{
+	(void)self, (void)committed, (void)arena_ind;
+	rdmalloc_chunk_destroyed(addr, size);
+}
+
+static bool hook_commit(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
+			unsigned arena_ind)
+{
+	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
+	return false;
+}
+
+static bool hook_decommit(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
+			  unsigned arena_ind)
+{
+	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
+	return hook_refuse();
+}
+
+static bool hook_purge(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
+		       unsigned arena_ind)
+{
+	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
+#ifdef RDMALLOC_MUTATION_PURGE /* test-only: the bug this file exists to prevent */
+	return madvise((char *)addr + offset, length, MADV_DONTNEED) != 0;
+#endif
+	return hook_refuse();
+}
+
+static bool hook_split(extent_hooks_t *self, void *addr, size_t size, size_t size_a, size_t size_b,
+		       bool committed, unsigned arena_ind)
+{
+	(void)self, (void)addr, (void)size, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
+	return false;
+}
+
+static bool hook_merge(extent_hooks_t *self, void *addr_a, size_t size_a, void *addr_b, size_t size_b,
+		       bool committed, unsigned arena_ind)
+{
+	(void)self, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
+	struct rdmalloc_chunk *a = rdmalloc_table_lookup(addr_a);
+	return a == NULL || a != rdmalloc_table_lookup(addr_b);
+}
+
+const extent_hooks_t rdmalloc_extent_hooks = {
+	.alloc = hook_alloc,
+	.dalloc = hook_dalloc,
+	.destroy = hook_destroy,
+	.commit = hook_commit,
+	.decommit = hook_decommit,
+	.purge_lazy = hook_purge,
+	.purge_forced = hook_purge,
+	.split = hook_split,
+	.merge = hook_merge,
+};

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/* init.c - one-time initialisation: options, default PD, default heap. */
+#include "init.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "heap.h"
+#include "hooks.h"
+#include "log.h"
+#include "options.h"
+#include "pd.h"
+#include "rdma_malloc.h"
+
+atomic_int rdmalloc_ready;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static const char *env(const char *name)
+{
+	return getenv(name);
+}
+
+static void print_stats_at_exit(void)
+{
+	rdma_malloc_stats_print(stderr, rdmalloc_opts.stats == RDMALLOC_STATS_ON_JSON
+						 ? RDMA_MALLOC_STATS_JSON
+						 : RDMA_MALLOC_STATS_TEXT);
+}
+
+static void init_once(void)
+{
+	rdmalloc_options_parse(&rdmalloc_opts, env);
+	bool retain = true;
+	size_t sz = sizeof(retain);
+	if (mallctl("opt.retain", &retain, &sz, NULL, 0) == 0 && !retain)
+		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
+			     "never merged across registrations");
+	rdmalloc_pd_init();
+	rdmalloc_heap_init(rdmalloc_opts.access);
+	if (rdmalloc_opts.stats != RDMALLOC_STATS_OFF)
+		atexit(print_stats_at_exit);
+	atomic_store_explicit(&rdmalloc_ready, 1, memory_order_release);
+}
+
+void rdmalloc_init_slow(void)
+{
+	pthread_once(&once, init_once);
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/* keys.c - rdma_malloc_mr() and rdma_malloc_keys(): pointer to keys. */
+#include <errno.h>
+
+#include "chunk.h"
+#include "pd.h"
+#include "regtable.h"
+#include "stats.h"
+
+static inline int lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct rdmalloc_reg **out)
+{
+	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
+	if (!c)
+		return ENOENT;
+	size_t off = (uintptr_t)ptr - c->base;
+	if ((len ? len : 1) > c->size - off)
+		return ERANGE;
+	if (!pd && !(pd = rdmalloc_pd_default()))
+		return ENODEV;
+#ifdef RDMALLOC_MUTATION_WRONG_KEY /* test-only: a neighbouring chunk's keys */
+	if (c->next)
+		c = c->next;
+#endif
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
+		if (atomic_load_explicit(&c->reg[s].pd, memory_order_acquire) == pd) {
+			*out = &c->reg[s];
+			return 0;
+		}
+	}
+	return ENODEV;
+}
+
+RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd)
+{
+	struct rdmalloc_reg *r;
+	int err = lookup(ptr, len, pd, &r);
+	rdmalloc_stat_lookup(!err);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	return atomic_load_explicit(&r->mr, memory_order_relaxed);
+}
+
+RDMA_EXPORT int rdma_malloc_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint32_t *lkey,
+				 uint32_t *rkey)
+{
+	struct rdmalloc_reg *r;
+	int err = lookup(ptr, len, pd, &r);
+	rdmalloc_stat_lookup(!err);
+	if (err)
+		return err;
+	if (lkey)
+		*lkey = atomic_load_explicit(&r->lkey, memory_order_relaxed);
+	if (rkey)
+		*rkey = atomic_load_explicit(&r->rkey, memory_order_relaxed);
+	return 0;
+}

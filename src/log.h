@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* log.h - messages to stderr, filtered by RDMALLOC_LOG_LEVEL. */
+#ifndef RDMALLOC_LOG_H
+#define RDMALLOC_LOG_H
+
+#include <stdatomic.h>
+
+enum rdmalloc_log_level {
+	RDMALLOC_LOG_NONE = 0,
+	RDMALLOC_LOG_ERROR,
+	RDMALLOC_LOG_WARN,
+	RDMALLOC_LOG_INFO,
+	RDMALLOC_LOG_DEBUG,
+};
+
+/* Set once from the options; messages above it are dropped. */
+void rdmalloc_log_set_level(int level);
+int rdmalloc_log_level(void);
+
+/* Writes "rdmalloc: <level>: <message>\n" with one write(2); never allocates
+ * from rdmalloc, so it is safe inside extent hooks. */
+void rdmalloc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Logs and aborts: for broken invariants and invalid frees. */
+_Noreturn void rdmalloc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Once per call site for the life of the process (fallbacks, repeated
+ * failures): the counter in the stats says how often it happened since. */
+#define rdmalloc_log_once(level, ...)                                   \
+	do {                                                            \
+		static atomic_flag once_ = ATOMIC_FLAG_INIT;            \
+		if (!atomic_flag_test_and_set_explicit(&once_, memory_order_relaxed)) \
+			rdmalloc_log(level, __VA_ARGS__);               \
+	} while (0)
+
+#endif

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* options.h - the RDMALLOC_* environment variables, defined once. */
+#ifndef RDMALLOC_OPTIONS_H
+#define RDMALLOC_OPTIONS_H
+
+#include <stddef.h>
+
+#include "compiler.h"
+
+enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMALLOC_STATS_ON_JSON };
+
+/*
+ * X(NAME, field, parser, default, description): the variable is
+ * RDMALLOC_<NAME>.  LOG_LEVEL comes first so that warnings about the others
+ * obey it.  doc/options.md documents the same table.
+ */
+#define RDMALLOC_OPTIONS(X)                                                      \
+	X(LOG_LEVEL, log_level, loglevel, "warn",                                \
+	  "messages shown: none, error, warn, info, debug")                      \
+	X(DEVICE, device, device, "",                                            \
+	  "RDMA device of the default PD (default: first with an active port)")  \
+	X(ACCESS, access, access, "LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC", \
+	  "access flags of the default heap")                                    \
+	X(CHUNK_MAX, chunk_max, size, "0",                                       \
+	  "largest step a heap grows by (0: jemalloc's geometric series)")       \
+	X(MAX_REGISTERED, max_registered, size, "0",                             \
+	  "most bytes of chunks held at once (0: no limit)")                     \
+	X(STATS, stats, stats, "0",                                              \
+	  "print stats at exit: 0, 1 (text) or json")
+
+#define RDMALLOC_DEVICE_NAME_MAX 64
+
+struct rdmalloc_options {
+	int log_level;
+	char device[RDMALLOC_DEVICE_NAME_MAX];
+	unsigned int access;
+	size_t chunk_max;
+	size_t max_registered;
+	int stats;
+};
+
+typedef const char *(*rdmalloc_getenv_fn)(const char *name);
+
+/*
+ * Fill @opts from the environment read through @get (getenv for real use).
+ * A bad value is one warning naming the variable; the default is kept.
+ * Returns the number of bad values.
+ */
+RDMALLOC_TESTABLE int rdmalloc_options_parse(struct rdmalloc_options *opts, rdmalloc_getenv_fn get);
+
+/* Parsers, exposed for the tests and the fuzz target; 0 or -1. */
+RDMALLOC_TESTABLE int rdmalloc_parse_size(const char *s, size_t *out);
+RDMALLOC_TESTABLE int rdmalloc_parse_access(const char *s, unsigned int *out);
+
+/* The options in force (parsed at initialisation). */
+extern struct rdmalloc_options rdmalloc_opts;
+
+/* The access bits a heap may ask for, and whether a set is one ibv_reg_mr
+ * accepts (remote write and atomics need local write). */
+#define RDMALLOC_ACCESS_ALLOWED 0x1fu /* LOCAL_WRITE..MW_BIND */
+RDMALLOC_TESTABLE int rdmalloc_access_valid(unsigned int access);
+
+#endif

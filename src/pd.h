@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* pd.h - the attached protection domains and the default one. */
+#ifndef RDMALLOC_PD_H
+#define RDMALLOC_PD_H
+
+struct ibv_pd;
+
+/* Open the default PD (once, at initialisation) and attach it. */
+void rdmalloc_pd_init(void);
+/* The PD in slot @s, or NULL.  Chunk lock held, or a racy read for lookup. */
+struct ibv_pd *rdmalloc_pd_slot(unsigned s);
+/* The default PD as of now (NULL if none or detached). */
+struct ibv_pd *rdmalloc_pd_default(void);
+unsigned rdmalloc_pd_count(void);
+
+#endif

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * regtable.h - the address table: which chunk holds a pointer.
+ *
+ * A two-level radix table over the granule number (address >> 21) of a
+ * 48-bit address space: 2^13 top entries in .bss pointing to leaves of 2^14
+ * chunk pointers, mapped on first use and never freed.  Finding a chunk is
+ * two dependent loads, and the chunk itself is the third: no lock, no system
+ * call.  Writers hold the chunk lock; readers use acquire loads.
+ */
+#ifndef RDMALLOC_REGTABLE_H
+#define RDMALLOC_REGTABLE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "chunk.h"
+#include "compiler.h"
+
+#define RDMALLOC_VA_BITS 48
+#define RDMALLOC_L2_BITS 14
+#define RDMALLOC_L1_BITS (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT - RDMALLOC_L2_BITS)
+#define RDMALLOC_L1_SHIFT (RDMALLOC_GRANULE_SHIFT + RDMALLOC_L2_BITS)
+
+typedef _Atomic(struct rdmalloc_chunk *) rdmalloc_slot_t;
+extern _Atomic(rdmalloc_slot_t *) rdmalloc_table[1u << RDMALLOC_L1_BITS];
+
+/* The chunk holding @p, or NULL when @p is not rdmalloc memory. */
+static inline struct rdmalloc_chunk *rdmalloc_table_lookup(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	if (unlikely(a >> RDMALLOC_VA_BITS))
+		return NULL;
+	rdmalloc_slot_t *leaf = atomic_load_explicit(&rdmalloc_table[a >> RDMALLOC_L1_SHIFT],
+						     memory_order_acquire);
+	if (unlikely(!leaf))
+		return NULL;
+	struct rdmalloc_chunk *c = atomic_load_explicit(
+		&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & ((1u << RDMALLOC_L2_BITS) - 1)],
+		memory_order_acquire);
+	if (unlikely(!c || a - c->base >= c->size))
+		return NULL;
+	return c;
+}
+
+/* Out-of-line copy for the unit tests. */
+RDMALLOC_TESTABLE struct rdmalloc_chunk *rdmalloc_table_find(const void *p);
+/* Publish every granule of @c (chunk lock held): 0 or ENOMEM, nothing
+ * published on failure. */
+int rdmalloc_table_insert(struct rdmalloc_chunk *c);
+void rdmalloc_table_remove(struct rdmalloc_chunk *c);
+
+#endif

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/* stats.h - the counters behind rdma_malloc_stats_get(); fields are defined
+ * once, in rdma_malloc.h (RDMA_MALLOC_STATS_FIELDS). */
+#ifndef RDMALLOC_STATS_H
+#define RDMALLOC_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "rdma_malloc.h"
+
+struct rdmalloc_counters {
+#define RDMALLOC_COUNTER_(name, kind, desc) _Atomic uint64_t name;
+	RDMA_MALLOC_STATS_FIELDS(RDMALLOC_COUNTER_)
+#undef RDMALLOC_COUNTER_
+};
+
+extern struct rdmalloc_counters rdmalloc_counters;
+
+#define STAT_ADD(name, v) atomic_fetch_add_explicit(&rdmalloc_counters.name, (uint64_t)(v), memory_order_relaxed)
+#define STAT_SUB(name, v) atomic_fetch_sub_explicit(&rdmalloc_counters.name, (uint64_t)(v), memory_order_relaxed)
+#define STAT_INC(name) STAT_ADD(name, 1)
+
+/* Lookups happen on the data path of every thread: they count into striped
+ * counters (one cache line per stripe) so that threads do not share a line. */
+void rdmalloc_stat_lookup(int ok);
+
+#endif
