@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/* test_alloc.c - the C semantics of the allocation functions. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_verbs.h"
+#include "rdma_malloc.h"
+
+/* Sizes the compiler must not see as constants (it rejects them). */
+static volatile size_t huge = SIZE_MAX - 4096, half = SIZE_MAX / 2;
+
+static void with_device(void)
+{
+	fake_verbs_install(1);
+}
+
+TestSuite(alloc, .init = with_device);
+
+Test(alloc, malloc_zero_is_unique_and_freeable)
+{
+	void *a = rdma_malloc(0), *b = rdma_malloc(0);
+	cr_assert(a && b && a != b);
+	cr_assert_geq(rdma_malloc_usable_size(a), 1);
+	rdma_free(a);
+	rdma_free(b);
+}
+
+Test(alloc, free_null_is_noop)
+{
+	rdma_free(NULL);
+	cr_assert_eq(rdma_malloc_usable_size(NULL), 0);
+}
+
+Test(alloc, calloc_zeroes_recycled_memory)
+{
+	for (int round = 0; round < 50; round++) {
+		unsigned char *p = rdma_malloc(3000);
+		cr_assert(p);
+		memset(p, 0xee, 3000);
+		rdma_free(p);
+		unsigned char *q = rdma_calloc(3, 1000);
+		cr_assert(q);
+		for (size_t i = 0; i < 3000; i++)
+			cr_assert_eq(q[i], 0, "byte %zu of calloc'ed memory is %#x", i, q[i]);
+		rdma_free(q);
+	}
+}
+
+Test(alloc, calloc_overflow_is_enomem)
+{
+	errno = 0;
+	cr_assert_null(rdma_calloc(half, 3));
+	cr_assert_eq(errno, ENOMEM);
+}
+
+Test(alloc, huge_size_is_enomem)
+{
+	errno = 0;
+	cr_assert_null(rdma_malloc(huge));
+	cr_assert_eq(errno, ENOMEM);
+	errno = 0;
+	cr_assert_null(rdma_aligned_alloc(64, half));
+	cr_assert_eq(errno, ENOMEM);
+}
+
+Test(alloc, aligned_alloc_alignments)
+{
+	for (size_t a = 1; a <= (size_t)8 << 20; a <<= 1) {
+		void *p = rdma_aligned_alloc(a, 100);
+		cr_assert(p, "alignment %zu", a);
+		cr_assert_eq((uintptr_t)p % a, 0, "%p not aligned to %zu", p, a);
+		rdma_free(p);
+	}
+}
+
+Test(alloc, bad_alignment_is_einval)
+{
+	size_t bad[] = { 0, 3, 24, 4097, SIZE_MAX };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		cr_assert_null(rdma_aligned_alloc(bad[i], 64));
+		cr_assert_eq(errno, EINVAL, "alignment %zu", bad[i]);
+		void *p = (void *)0x1;
+		cr_assert_eq(rdma_posix_memalign(&p, bad[i], 64), EINVAL);
+		cr_assert_eq(p, (void *)0x1, "memptr changed on failure");
+	}
+	void *p = (void *)0x1;
+	cr_assert_eq(rdma_posix_memalign(&p, 4, 64), EINVAL, "4 is not a multiple of sizeof(void *)");
+}
+
+Test(alloc, posix_memalign_success_keeps_errno)
+{
+	void *p = NULL;
+	errno = 1234;
+	cr_assert_eq(rdma_posix_memalign(&p, 4096, 10000), 0);
+	cr_assert_eq(errno, 1234);
+	cr_assert_eq((uintptr_t)p % 4096, 0);
+	rdma_free(p);
+	cr_assert_eq(rdma_posix_memalign(&p, 64, SIZE_MAX / 2), ENOMEM);
+}
+
+Test(alloc, realloc_keeps_contents)
+{
+	unsigned char *p = rdma_realloc(NULL, 10);
+	cr_assert(p);
+	for (int i = 0; i < 10; i++)
+		p[i] = (unsigned char)i;
+	size_t sizes[] = { 100, 5000, 1 << 20, 20 << 20, 64, 3 };
+	size_t kept = 10;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		p = rdma_realloc(p, sizes[k]);
+		cr_assert(p);
+		if (sizes[k] < kept)
+			kept = sizes[k];
+		for (size_t i = 0; i < kept; i++)
+			cr_assert_eq(p[i], (unsigned char)i, "byte %zu after realloc to %zu", i, sizes[k]);
+	}
+	void *q = rdma_realloc(p, 0);
+	cr_assert(q, "realloc to 0 returns a minimal allocation");
+	rdma_free(q);
+}
+
+Test(alloc, realloc_failure_keeps_pointer)
+{
+	char *p = rdma_malloc(100);
+	strcpy(p, "still here");
+	errno = 0;
+	cr_assert_null(rdma_realloc(p, huge));
+	cr_assert_eq(errno, ENOMEM);
+	cr_assert_str_eq(p, "still here");
+	rdma_free(p);
+}
+
+Test(alloc, usable_size_is_writable)
+{
+	for (size_t s = 1; s < (1u << 22); s = s * 3 + 1) {
+		unsigned char *p = rdma_malloc(s);
+		size_t u = rdma_malloc_usable_size(p);
+		cr_assert_geq(u, s);
+		memset(p, 0x5a, u);
+		rdma_free(p);
+	}
+}
+
+Test(alloc, usable_size_of_foreign_pointer_is_zero)
+{
+	int on_stack = 0;
+	void *from_libc = malloc(32);
+	cr_assert_eq(rdma_malloc_usable_size(&on_stack), 0);
+	cr_assert_eq(rdma_malloc_usable_size(from_libc), 0);
+	free(from_libc);
+}
+
+Test(alloc, free_of_foreign_pointer_aborts, .signal = SIGABRT)
+{
+	int on_stack = 0;
+	rdma_free(&on_stack);
+}

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_heaps.c - heaps: access flags, limits, invariant 5 (a heap's memory
+ * never reaches another heap through thread caches) and invariant 3's
+ * concurrency side (lookups while other threads allocate and free).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "chunk.h"
+#include "fake_verbs.h"
+#include "rdma_malloc.h"
+#include "regtable.h"
+
+static void with_device(void)
+{
+	fake_verbs_install(1);
+}
+
+TestSuite(heaps, .init = with_device);
+
+static rdma_heap_t *heap_of(void *p)
+{
+	struct rdmalloc_chunk *c = rdmalloc_table_find(p);
+	cr_assert(c, "%p is in no chunk", p);
+	return (rdma_heap_t *)c->heap;
+}
+
+Test(heaps, attr_validation)
+{
+	errno = 0;
+	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_REMOTE_WRITE }));
+	cr_assert_eq(errno, EINVAL, "remote write without local write");
+	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){ .access = 1u << 30 }));
+	cr_assert_eq(errno, EINVAL);
+	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){ .access = 0, .flags = 1 }));
+	cr_assert_eq(errno, EINVAL);
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	cr_assert_eq(rdma_heap_access(h), rdma_heap_access(NULL));
+	cr_assert_eq(rdma_heap_access(NULL), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+						     IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+}
+
+Test(heaps, memory_is_registered_with_the_heaps_access)
+{
+	unsigned acc[] = { 0, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE };
+	for (size_t i = 0; i < 4; i++) {
+		rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = acc[i] });
+		cr_assert(h);
+		void *p = rdma_heap_malloc(h, 1000);
+		cr_assert(p);
+		cr_assert_eq(heap_of(p), h);
+		const struct fake_mr_info *f = fake_find(fake_pd(0), p);
+		cr_assert(f);
+		cr_assert_eq(f->access, acc[i]);
+		rdma_free(p);
+	}
+}
+
+Test(heaps, all_allocators_honour_the_heap)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	void *a = rdma_heap_malloc(h, 10);
+	void *b = rdma_heap_calloc(h, 10, 10);
+	void *c = rdma_heap_aligned_alloc(h, 4096, 10);
+	void *d = rdma_heap_realloc(h, NULL, 10);
+	void *e = rdma_malloc(10);
+	cr_assert(a && b && c && d && e);
+	cr_assert(heap_of(a) == h && heap_of(b) == h && heap_of(c) == h && heap_of(d) == h);
+	cr_assert_eq(heap_of(e), rdma_heap_default());
+	/* realloc into another heap moves and copies. */
+	strcpy(e, "moved");
+	void *f = rdma_heap_realloc(h, e, 5000);
+	cr_assert_eq(heap_of(f), h);
+	cr_assert_str_eq(f, "moved");
+	/* rdma_realloc keeps the heap of its pointer. */
+	void *g = rdma_realloc(a, 100000);
+	cr_assert_eq(heap_of(g), h);
+	rdma_free(b), rdma_free(c), rdma_free(d), rdma_free(f), rdma_free(g);
+}
+
+Test(heaps, too_many_heaps_is_eagain_and_slots_recycle)
+{
+	rdma_heap_t *hs[RDMA_MALLOC_MAX_HEAPS];
+	int n = 0;
+	errno = 0;
+	while (n < RDMA_MALLOC_MAX_HEAPS && (hs[n] = rdma_heap_create(NULL)))
+		n++;
+	cr_assert_eq(n, RDMA_MALLOC_MAX_HEAPS - 1, "the default heap holds one slot");
+	cr_assert_eq(errno, EAGAIN);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(rdma_heap_destroy(hs[i]), 0);
+	for (int round = 0; round < 300; round++) {
+		rdma_heap_t *h = rdma_heap_create(NULL);
+		cr_assert(h, "round %d: %s", round, strerror(errno));
+		void *p = rdma_heap_malloc(h, 100);
+		cr_assert_eq(heap_of(p), h);
+		cr_assert_eq(rdma_heap_destroy(h), 0);
+	}
+}
+
+/* Invariant 5: threads allocate from two heaps and free each other's
+ * memory; every pointer must always come from the heap asked for. */
+#define SEP_THREADS 4
+#define SEP_ROUNDS 20000
+static rdma_heap_t *heap_a, *heap_b;
+static _Atomic(void *) mailbox[SEP_THREADS][64];
+static atomic_int separation_errors;
+
+static void *separation_worker(void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(me + 1);
+	for (int r = 0; r < SEP_ROUNDS; r++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		rdma_heap_t *want = (x & 1) ? heap_a : heap_b;
+		size_t size = 8 + (size_t)(x >> 8) % ((x & 16) ? 512 : 40000);
+		void *p = rdma_heap_malloc(want, size);
+		if (!p || heap_of(p) != want)
+			atomic_fetch_add(&separation_errors, 1);
+		/* Hand it to another thread's mailbox; free whatever was there. */
+		int to = (int)((x >> 20) % SEP_THREADS);
+		void *old = atomic_exchange(&mailbox[to][(x >> 32) % 64], p);
+		rdma_free(old);
+	}
+	return NULL;
+}
+
+Test(heaps, invariant5_no_memory_crosses_heaps, .timeout = 120)
+{
+	heap_a = rdma_heap_create(NULL);
+	heap_b = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(heap_a && heap_b);
+	pthread_t t[SEP_THREADS];
+	for (int i = 0; i < SEP_THREADS; i++)
+		pthread_create(&t[i], NULL, separation_worker, (void *)(intptr_t)i);
+	for (int i = 0; i < SEP_THREADS; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_eq(atomic_load(&separation_errors), 0, "%d allocations came from the wrong heap",
+		     atomic_load(&separation_errors));
+	for (int i = 0; i < SEP_THREADS; i++)
+		for (int k = 0; k < 64; k++)
+			rdma_free(atomic_load(&mailbox[i][k]));
+	/* Threads have exited: their caches went with them, so the heaps can
+	 * go without flushing anyone else's. */
+	cr_assert_eq(rdma_heap_destroy(heap_a), 0);
+	cr_assert_eq(rdma_heap_destroy(heap_b), 0);
+}
+
+/* Invariant 3 under concurrency: lookups of live pointers always succeed
+ * with the keys of the region holding them while others allocate/free. */
+static atomic_int stop, lookup_errors;
+static void *churner(void *arg)
+{
+	(void)arg;
+	void *keep[32] = { 0 };
+	unsigned i = 0;
+	while (!atomic_load(&stop)) {
+		unsigned k = i++ % 32;
+		rdma_free(keep[k]);
+		keep[k] = rdma_malloc(16 + (i * 7919u) % (1u << (i % 22)));
+	}
+	for (int k = 0; k < 32; k++)
+		rdma_free(keep[k]);
+	return NULL;
+}
+
+Test(heaps, lookups_race_with_allocation, .timeout = 60)
+{
+	pthread_t t[3];
+	for (int i = 0; i < 3; i++)
+		pthread_create(&t[i], NULL, churner, NULL);
+	for (int round = 0; round < 2000; round++) {
+		size_t size = 1 + ((size_t)round * 104729u) % (3u << 20);
+		char *p = rdma_malloc(size);
+		uint32_t lkey, rkey;
+		for (int k = 0; k < 50; k++) {
+			if (rdma_malloc_keys(p, size, NULL, &lkey, &rkey) != 0)
+				atomic_fetch_add(&lookup_errors, 1);
+		}
+		struct ibv_mr *mr = rdma_malloc_mr(p, size, NULL);
+		if (!mr || mr->lkey != lkey || mr->rkey != rkey)
+			atomic_fetch_add(&lookup_errors, 1);
+		rdma_free(p);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_eq(atomic_load(&lookup_errors), 0);
+}

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/* test_options.c - RDMALLOC_* parsing and the stats interface. */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fake_verbs.h"
+#include "options.h"
+#include "rdma_malloc.h"
+
+Test(options, sizes)
+{
+	struct { const char *in; size_t out; } ok[] = {
+		{ "0", 0 }, { "4096", 4096 }, { "4k", 4096 }, { "4K", 4096 }, { "2M", 2u << 20 },
+		{ "3G", (size_t)3 << 30 }, { "1T", (size_t)1 << 40 }, { "8MiB", 8u << 20 },
+		{ "8MB", 8u << 20 }, { "100b", 100 },
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		size_t v = 1;
+		cr_assert_eq(rdmalloc_parse_size(ok[i].in, &v), 0, "\"%s\"", ok[i].in);
+		cr_assert_eq(v, ok[i].out, "\"%s\" gave %zu", ok[i].in, v);
+	}
+	const char *bad[] = { "", "-1", "k", "1X", "1KK", "2 M", "99999999999999999999",
+			      "20000000T", " 1", "0x10", "1.5M" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t v = 12345;
+		cr_assert_eq(rdmalloc_parse_size(bad[i], &v), -1, "\"%s\" accepted", bad[i]);
+		cr_assert_eq(v, 12345);
+	}
+}
+
+Test(options, access_lists)
+{
+	unsigned v;
+	cr_assert_eq(rdmalloc_parse_access("LOCAL_WRITE,REMOTE_READ", &v), 0);
+	cr_assert_eq(v, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	cr_assert_eq(rdmalloc_parse_access("ibv_access_local_write | remote_write", &v), 0);
+	cr_assert_eq(v, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	cr_assert_eq(rdmalloc_parse_access("none", &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(rdmalloc_parse_access(" remote_read ", &v), 0);
+	cr_assert_eq(v, IBV_ACCESS_REMOTE_READ);
+	const char *bad[] = { "", ",", "REMOTE_WRITE", "REMOTE_ATOMIC", "LOCAL", "LOCAL_WRITE,bogus",
+			      "ON_DEMAND", "LOCAL_WRITEX" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(rdmalloc_parse_access(bad[i], &v), -1, "\"%s\" accepted", bad[i]);
+}
+
+static const char *env_vals[][2] = {
+	{ "RDMALLOC_LOG_LEVEL", "info" }, { "RDMALLOC_DEVICE", "mlx5_0" },
+	{ "RDMALLOC_ACCESS", "LOCAL_WRITE" }, { "RDMALLOC_CHUNK_MAX", "64M" },
+	{ "RDMALLOC_MAX_REGISTERED", "1G" }, { "RDMALLOC_STATS", "json" },
+};
+static const char *good_env(const char *name)
+{
+	for (size_t i = 0; i < sizeof(env_vals) / sizeof(env_vals[0]); i++)
+		if (!strcmp(env_vals[i][0], name))
+			return env_vals[i][1];
+	return NULL;
+}
+
+Test(options, every_option_is_read)
+{
+	struct rdmalloc_options o;
+	cr_assert_eq(rdmalloc_options_parse(&o, good_env), 0);
+	cr_assert_eq(o.log_level, 3);
+	cr_assert_str_eq(o.device, "mlx5_0");
+	cr_assert_eq(o.access, IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_eq(o.chunk_max, 64u << 20);
+	cr_assert_eq(o.max_registered, (size_t)1 << 30);
+	cr_assert_eq(o.stats, RDMALLOC_STATS_ON_JSON);
+}
+
+static const char *no_env(const char *name)
+{
+	(void)name;
+	return NULL;
+}
+
+Test(options, defaults)
+{
+	struct rdmalloc_options o;
+	cr_assert_eq(rdmalloc_options_parse(&o, no_env), 0);
+	cr_assert_eq(o.log_level, 2);
+	cr_assert_str_eq(o.device, "");
+	cr_assert_eq(o.access, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				       IBV_ACCESS_REMOTE_ATOMIC);
+	cr_assert_eq(o.chunk_max, 0);
+	cr_assert_eq(o.max_registered, 0);
+	cr_assert_eq(o.stats, RDMALLOC_STATS_OFF);
+}
+
+static const char *bad_env(const char *name)
+{
+	if (!strcmp(name, "RDMALLOC_ACCESS"))
+		return "REMOTE_WRITE";
+	if (!strcmp(name, "RDMALLOC_CHUNK_MAX"))
+		return "lots";
+	if (!strcmp(name, "RDMALLOC_DEVICE"))
+		return "a name far too long to be the name of any RDMA device on any machine at all, really";
+	return NULL;
+}
+
+Test(options, bad_values_warn_and_keep_defaults, .init = cr_redirect_stderr)
+{
+	struct rdmalloc_options o;
+	cr_assert_eq(rdmalloc_options_parse(&o, bad_env), 3);
+	cr_assert_eq(o.access, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				       IBV_ACCESS_REMOTE_ATOMIC);
+	cr_assert_eq(o.chunk_max, 0);
+	cr_assert_str_eq(o.device, "");
+	fflush(stderr);
+	cr_assert_stderr_eq_str(
+		"rdmalloc: warning: RDMALLOC_DEVICE=\"a name far too long to be the name of any RDMA device on any "
+		"mac\" is not valid (RDMA device of the default PD (default: first with an active "
+		"port)); keeping the default \"\"\n"
+		"rdmalloc: warning: RDMALLOC_ACCESS=\"REMOTE_WRITE\" is not valid (access flags of the default "
+		"heap); keeping the default \"LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC\"\n"
+		"rdmalloc: warning: RDMALLOC_CHUNK_MAX=\"lots\" is not valid (largest step a heap grows by (0: "
+		"jemalloc's geometric series)); keeping the default \"0\"\n");
+}
+
+Test(options, log_level_none_silences_warnings, .init = cr_redirect_stderr)
+{
+	setenv("RDMALLOC_LOG_LEVEL", "none", 1);
+	setenv("RDMALLOC_ACCESS", "nonsense", 1);
+	fake_verbs_install(0); /* would warn about the missing device */
+	void *p = rdma_malloc(1);
+	rdma_free(p);
+	fflush(stderr);
+	cr_assert_stderr_eq_str("");
+}
+
+Test(options, env_access_sets_the_default_heap)
+{
+	setenv("RDMALLOC_ACCESS", "LOCAL_WRITE,REMOTE_READ", 1);
+	fake_verbs_install(1);
+	void *p = rdma_malloc(10);
+	cr_assert_eq(fake_find(fake_pd(0), p)->access, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	rdma_free(p);
+}
+
+Test(stats, versioning)
+{
+	struct rdma_malloc_stats st = { .version = 99, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), EINVAL);
+	st.version = RDMA_MALLOC_STATS_VERSION;
+	st.size = 8;
+	cr_assert_eq(rdma_malloc_stats_get(&st), EINVAL);
+	cr_assert_eq(rdma_malloc_stats_get(NULL), EINVAL);
+	cr_assert_eq(rdma_malloc_stats_print(stdout, 7), EINVAL);
+}
+
+Test(stats, counts_follow_activity)
+{
+	fake_verbs_install(1);
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	void *p = rdma_malloc(5 << 20);
+	for (int i = 0; i < 10; i++)
+		rdma_malloc_keys(p, 1, NULL, NULL, NULL);
+	int x;
+	rdma_malloc_keys(&x, 1, NULL, NULL, NULL);
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	cr_assert_eq(st.version, RDMA_MALLOC_STATS_VERSION);
+	cr_assert_eq(st.lookups, 10);
+	cr_assert_eq(st.lookup_failures, 1);
+	cr_assert_eq(st.pds, 1);
+	cr_assert_eq(st.heaps, 1);
+	cr_assert_geq(st.live_bytes, 5 << 20);
+	cr_assert_eq(st.registrations, st.chunks);
+	cr_assert_eq(st.registered_bytes, st.chunk_bytes);
+	cr_assert_eq(st.mrs, fake_live_mrs());
+	rdma_free(p);
+}
+
+Test(stats, printers)
+{
+	fake_verbs_install(1);
+	void *p = rdma_malloc(100);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	cr_assert_eq(rdma_malloc_stats_print(f, RDMA_MALLOC_STATS_JSON), 0);
+	fclose(f);
+	cr_assert(buf[0] == '{' && buf[len - 2] == '}', "not a JSON object: %s", buf);
+#define CHECK_JSON_(name, kind, desc) cr_assert(strstr(buf, "\"" #name "\": "), "%s missing", #name);
+	RDMA_MALLOC_STATS_FIELDS(CHECK_JSON_)
+	free(buf);
+	f = open_memstream(&buf, &len);
+	cr_assert_eq(rdma_malloc_stats_print(f, RDMA_MALLOC_STATS_TEXT), 0);
+	fclose(f);
+#define CHECK_TEXT_(name, kind, desc) cr_assert(strstr(buf, "  " #name " "), "%s missing", #name);
+	RDMA_MALLOC_STATS_FIELDS(CHECK_TEXT_)
+	free(buf);
+	rdma_free(p);
+}
