@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs inside the Soft-RoCE guest: the end-to-end suite against deliberately
+# broken libraries must fail.  Each argument is a mutant build directory.
+set -uo pipefail
+caught=0
+missed=0
+for b in "$@"; do
+	echo "--- mutant $(basename "$b")"
+	if "$b/tests/e2e/rdmalloc-e2e" --jobs 1 >"/tmp/mutant.log" 2>&1; then
+		missed=$((missed + 1))
+		echo "--- NOT CAUGHT: the end-to-end suite passed against $(basename "$b")"
+	else
+		caught=$((caught + 1))
+		grep -E "^\[FAIL\]|Synthesis" /tmp/mutant.log | head -20
+		echo "--- caught $(basename "$b")"
+	fi
+done
+echo "mutants: $caught caught, $missed missed"
+[ "$missed" = 0 ]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs inside the Soft-RoCE guest (tools/rdmalloc-vm): the end-to-end RDMA
+# suite, then real clients nobody on this project wrote.
+#   guest-suite.sh BUILD_DIR
+set -uo pipefail
+build=${1:?usage: guest-suite.sh BUILD_DIR}
+here=$(dirname "$0")
+passed=0
+failed=0
+run() {
+	local name=$1
+	shift
+	echo "--- $name"
+	if "$@"; then passed=$((passed + 1)); echo "--- ok $name"; else failed=$((failed + 1)); echo "--- FAIL $name"; fi
+}
+run "device is up" ibv_devinfo -d rxe0
+run "end-to-end RDMA suite" "$build/tests/e2e/rdmalloc-e2e" --jobs 1
+run "example prints keys" "$build/examples/rdmalloc-keys"
+run "real clients (ibv_rc_pingpong, perftest)" "$here/smoke.sh"
+echo "guest: $passed passed, $failed failed"
+[ "$failed" = 0 ]
