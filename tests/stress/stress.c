@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stress.c - threads allocate, free, realloc and look up keys in several
+ * heaps while PDs are attached and detached, checking the invariants after
+ * every step, for a bounded time.  A plain program (not Criterion) so that
+ * it also runs under ThreadSanitizer.  Uses the fake verbs backend.
+ *
+ *   stress [SECONDS] [THREADS]      prints "N passed, M failed"
+ */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chunk.h"
+#include "fake_verbs.h"
+#include "rdma_malloc.h"
+#include "regtable.h"
+
+#define HEAPS 3
+#define SLOTS 64
+
+static rdma_heap_t *heaps[HEAPS];
+static atomic_long ops, violations;
+
+static void violation(const char *what, const void *p)
+{
+	if (atomic_fetch_add(&violations, 1) < 10)
+		fprintf(stderr, "stress: invariant broken: %s (%p)\n", what, p);
+}
+
+static void check(void *p, rdma_heap_t *h, size_t size, unsigned char fill)
+{
+	size_t u = rdma_malloc_usable_size(p);
+	if (u < size)
+		violation("usable size below the requested size", p);
+	struct rdmalloc_chunk *c = rdmalloc_table_find(p);
+	if (!c || (rdma_heap_t *)c->heap != h)
+		violation("pointer is not in a chunk of its heap", p);
+	uint32_t lkey, rkey;
+	if (rdma_malloc_keys(p, u, NULL, &lkey, &rkey) != 0)
+		violation("no default-PD key for the whole usable size", p);
+	struct ibv_mr *mr = rdma_malloc_mr(p, u, NULL);
+	if (!mr || (char *)p < (char *)mr->addr || (char *)p + u > (char *)mr->addr + mr->length)
+		violation("region does not cover the allocation", p);
+	/* Attached-PD lookups may race with detach: only ENODEV is allowed. */
+	int e = rdma_malloc_keys(p, u, fake_pd(1), NULL, NULL);
+	if (e != 0 && e != ENODEV)
+		violation("second-PD lookup failed with something other than ENODEV", p);
+	for (size_t i = 0; i < size; i += 61)
+		if (((unsigned char *)p)[i] != fill)
+			violation("contents changed under us", p);
+}
+
+struct worker_arg {
+	int id;
+	atomic_int stop;
+};
+
+static void *worker(void *argp)
+{
+	struct worker_arg *arg = argp;
+	uint64_t x = 0x2545F4914F6CDD1Dull * (uint64_t)(arg->id + 1);
+	void *p[SLOTS] = { 0 };
+	size_t sz[SLOTS] = { 0 };
+	int hp[SLOTS] = { 0 };
+	while (!atomic_load_explicit(&arg->stop, memory_order_relaxed)) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		int i = (int)(x % SLOTS), h = (int)((x >> 8) % HEAPS);
+		size_t size = 1 + (size_t)((x >> 16) % ((x & 0x100) ? 4000 : ((x & 0x200) ? 300000 : 5000000)));
+		unsigned char fill = (unsigned char)(i * 7 + 1);
+		if (p[i] && (x & 0x400)) {
+			void *q = rdma_realloc(p[i], size);
+			if (!q) {
+				violation("realloc failed", p[i]);
+				continue;
+			}
+			size_t keep = sz[i] < size ? sz[i] : size;
+			for (size_t k = 0; k < keep; k += 61)
+				if (((unsigned char *)q)[k] != fill)
+					violation("realloc lost contents", q);
+			memset(q, fill, size);
+			p[i] = q, sz[i] = size;
+		} else {
+			rdma_free(p[i]);
+			p[i] = (x & 0x800) ? rdma_heap_calloc(heaps[h], 1, size)
+					   : rdma_heap_aligned_alloc(heaps[h], (size_t)8 << ((x >> 40) % 10), size);
+			if (!p[i]) {
+				violation("allocation failed", NULL);
+				continue;
+			}
+			memset(p[i], fill, size);
+			sz[i] = size, hp[i] = h;
+		}
+		check(p[i], heaps[hp[i]], sz[i], fill);
+		atomic_fetch_add_explicit(&ops, 1, memory_order_relaxed);
+	}
+	for (int i = 0; i < SLOTS; i++)
+		rdma_free(p[i]);
+	return NULL;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	double seconds = argc > 1 ? atof(argv[1]) : 5;
+	int nthreads = argc > 2 ? atoi(argv[2]) : 8;
+	fake_verbs_install(1);
+	heaps[0] = rdma_heap_default();
+	heaps[1] = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	heaps[2] = rdma_heap_create(NULL);
+	if (!heaps[1] || !heaps[2]) {
+		perror("rdma_heap_create");
+		return 2;
+	}
+	pthread_t t[256];
+	static struct worker_arg args[256];
+	if (nthreads < 1 || nthreads > 256)
+		nthreads = 8;
+	for (int i = 0; i < nthreads; i++) {
+		args[i].id = i;
+		pthread_create(&t[i], NULL, worker, &args[i]);
+	}
+	long attaches = 0, threads_spawned = 0;
+	double end = now() + seconds;
+	while (now() < end) {
+		/* PD churn and short-lived threads while the workers run. */
+		if (rdma_malloc_attach_pd(fake_pd(1)) == 0)
+			attaches++;
+		pthread_t s;
+		struct worker_arg sa = { .id = (int)(1000 + threads_spawned) };
+		pthread_create(&s, NULL, worker, &sa);
+		struct timespec d = { 0, 20 * 1000 * 1000 };
+		nanosleep(&d, NULL);
+		rdma_malloc_detach_pd(fake_pd(1));
+		atomic_store(&sa.stop, 1);
+		pthread_join(s, NULL);
+		threads_spawned++;
+	}
+	for (int i = 0; i < nthreads; i++)
+		atomic_store(&args[i].stop, 1);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(t[i], NULL);
+	int failed = 0;
+	for (int i = 1; i < HEAPS; i++)
+		if (rdma_heap_destroy(heaps[i]) != 0)
+			failed++;
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	rdma_malloc_stats_get(&st);
+	if (st.mrs != fake_live_mrs()) {
+		fprintf(stderr, "stress: %llu regions counted, %zu live in the backend\n",
+			(unsigned long long)st.mrs, fake_live_mrs());
+		failed++;
+	}
+	long v = atomic_load(&violations);
+	printf("stress: %.1f s, %d threads (+%ld short-lived), %ld operations, %ld PD attach/detach cycles, "
+	       "%ld invariant violations\n", seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, v);
+	if (v)
+		failed++;
+	printf("%d passed, %d failed\n", failed ? 0 : 1, failed ? 1 : 0);
+	return failed ? 1 : 0;
+}
