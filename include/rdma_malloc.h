@@ -14,8 +14,10 @@
  *
  * Conventions (those of libibverbs):
  *  - functions returning a pointer return NULL and set errno on failure;
- *  - functions returning int return 0 or a positive errno value, and leave
- *    errno alone.
+ *  - functions returning int return 0 or a positive errno value (errno
+ *    itself may change; rdma_malloc_keys() and rdma_posix_memalign() leave
+ *    it alone).
+ * Allocation functions leave errno alone when they succeed.
  *
  * Thread safety: every function may be called from any thread at any time,
  * except where a comment says otherwise (heap destruction, PD detach).
@@ -73,8 +75,9 @@ void *rdma_calloc(size_t nmemb, size_t size) RDMA_MALLOC_ATTR_MALLOC
 /**
  * rdma_realloc - resize @ptr to @size bytes, keeping its heap.
  *
- * @ptr NULL is rdma_malloc(@size).  @size 0 frees @ptr and returns a fresh
- * minimal allocation (as rdma_malloc(0)).  On failure @ptr is left untouched.
+ * @ptr NULL is rdma_malloc(@size); @size 0 is treated as 1 (the result is
+ * a valid minimal allocation, possibly @ptr itself).  On failure @ptr is
+ * left untouched.
  * The memory may move: keys must be looked up again for the new pointer.
  */
 void *rdma_realloc(void *ptr, size_t size) RDMA_MALLOC_ATTR_SIZE(2)
@@ -203,8 +206,9 @@ struct rdma_heap_attr {
  * rdma_heap_create - a new heap.
  *
  * @attr NULL gives the default heap's access flags.
- * Return: the heap, or NULL with errno EINVAL (unknown access bits or
- * flags), EAGAIN (RDMA_MALLOC_MAX_HEAPS heaps alive) or ENOMEM.
+ * Return: the heap, or NULL with errno EINVAL (unknown access bits, remote
+ * write or atomic access without LOCAL_WRITE, or flags not 0) or EAGAIN
+ * (RDMA_MALLOC_MAX_HEAPS heaps alive, or jemalloc has no arena left).
  */
 rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
 
@@ -213,8 +217,9 @@ rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
  * unmap its chunks.
  *
  * No other thread may use @heap or its memory during or after the call; no
- * work request may still use its keys.  Destroying the default heap (NULL)
- * is refused with EINVAL.
+ * work request may still use its keys.  Like a freed pointer, @heap must not
+ * be used again: a second destroy is refused with EINVAL only as long as no
+ * new heap has taken its place.  The default heap (or NULL) is refused.
  * Return: 0 or EINVAL.
  */
 int rdma_heap_destroy(rdma_heap_t *heap);

@@ -25,11 +25,13 @@ static inline struct rdmalloc_heap *heap_of(const void *ptr, const char *who)
 	return c->heap;
 }
 
+/* errno is ENOMEM on failure and untouched on success, although a hook may
+ * have failed (and set errno) before jemalloc retried with a smaller chunk. */
 static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
 {
+	int saved = errno;
 	void *p = mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
-	if (unlikely(!p))
-		errno = ENOMEM;
+	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
 }
 
@@ -82,9 +84,9 @@ RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 		dallocx(ptr, rdmalloc_heap_free_flags(from));
 		return q;
 	}
+	int saved = errno;
 	void *q = rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
-	if (unlikely(!q))
-		errno = ENOMEM;
+	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
 }
 

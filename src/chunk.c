@@ -98,17 +98,8 @@ static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 {
 	unsigned access = rdmalloc_heap_access_of(c->heap);
 	struct ibv_mr *mr = rdmalloc_reg(pd, (void *)c->base, c->size, access);
-	if (!mr) {
-		int err = errno;
-		struct rlimit rl = { 0, 0 };
-		getrlimit(RLIMIT_MEMLOCK, &rl);
-		rdmalloc_log_once(RDMALLOC_LOG_WARN,
-				  "ibv_reg_mr of a %zu-byte chunk failed: %s (RLIMIT_MEMLOCK %llu bytes); "
-				  "the allocation fails with ENOMEM (further failures are only counted)",
-				  c->size, strerror(err),
-				  (unsigned long long)rl.rlim_cur);
-		return err ? err : ENOMEM;
-	}
+	if (!mr)
+		return errno ? errno : ENOMEM;
 	struct rdmalloc_reg *r = &c->reg[slot];
 	unsigned lkey, rkey;
 	rdmalloc_mr_keys(mr, &lkey, &rkey);
@@ -153,8 +144,9 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 	if (limit && (size > limit || held_bytes > limit - size)) {
 		STAT_INC(limit_refusals);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN,
-				  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk; "
-				  "the allocation fails with ENOMEM (further refusals are only counted)",
+				  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk; jemalloc "
+				  "may retry with a smaller chunk, else the allocation fails with ENOMEM "
+				  "(further refusals are only counted)",
 				  limit, size);
 		goto out;
 	}
@@ -173,8 +165,16 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 	c->heap = heap;
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 		struct ibv_pd *pd = rdmalloc_pd_slot(s);
-		if (pd && (err = reg_slot(c, s, pd)) != 0)
+		if (pd && (err = reg_slot(c, s, pd)) != 0) {
+			struct rlimit rl = { 0, 0 };
+			getrlimit(RLIMIT_MEMLOCK, &rl);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN,
+					  "ibv_reg_mr of a %zu-byte chunk failed: %s (RLIMIT_MEMLOCK %llu bytes); "
+					  "jemalloc may retry with a smaller chunk, else the allocation fails "
+					  "with ENOMEM (further failures are only counted)",
+					  size, strerror(err), (unsigned long long)rl.rlim_cur);
 			goto undo;
+		}
 	}
 	if ((err = rdmalloc_table_insert(c)) != 0)
 		goto undo;

@@ -21,7 +21,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "chunk.h"
 #include "hooks.h"
@@ -43,6 +42,10 @@ struct rdmalloc_heap {
 
 static pthread_mutex_t heap_mutex = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct rdmalloc_heap *) heaps[RDMA_MALLOC_MAX_HEAPS];
+/* Heap structs live here, one per slot, and are never unmapped: a stale
+ * handle (a heap destroyed twice) reads valid memory and is refused while
+ * its slot stays free. */
+static struct rdmalloc_heap heap_store[RDMA_MALLOC_MAX_HEAPS];
 static struct rdmalloc_heap *default_heap;
 static uint32_t gen_counter;
 
@@ -234,12 +237,8 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 		*err = EAGAIN;
 		goto out;
 	}
-	h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (h == MAP_FAILED) {
-		h = NULL;
-		*err = ENOMEM;
-		goto out;
-	}
+	h = &heap_store[slot];
+	memset(h, 0, sizeof(*h));
 	h->hooks = rdmalloc_extent_hooks;
 	h->access = access;
 	h->slot = slot;
@@ -251,7 +250,6 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 	 * peer with an rkey can never reach the allocator's bookkeeping). */
 	size_t sz = sizeof(h->arena);
 	if (mallctl("arenas.create", &h->arena, &sz, NULL, 0)) {
-		munmap(h, sizeof(*h));
 		h = NULL;
 		*err = EAGAIN;
 		goto out;
@@ -264,9 +262,13 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 	size_t grow = rdmalloc_opts.chunk_max;
 	if (arena_ctl(h->arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
 	    arena_ctl(h->arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never)) ||
-	    arena_ctl(h->arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never)) ||
-	    (grow && arena_ctl(h->arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))))
+	    arena_ctl(h->arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never)))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", h->arena);
+	if (grow && arena_ctl(h->arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
+				  "grow by jemalloc's default series", grow);
+	}
 	atomic_store_explicit(&heaps[slot], h, memory_order_release);
 out:
 	pthread_mutex_unlock(&heap_mutex);
@@ -303,7 +305,7 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 {
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
 	rdmalloc_init();
-	if (!h || h == default_heap)
+	if (!h || h == default_heap || h < heap_store || h >= heap_store + RDMA_MALLOC_MAX_HEAPS)
 		return EINVAL;
 	pthread_mutex_lock(&heap_mutex);
 	if (atomic_load_explicit(&heaps[h->slot], memory_order_relaxed) != h) {
@@ -325,7 +327,6 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
 			     left, h->slot);
 	pthread_mutex_unlock(&heap_mutex);
-	munmap(h, sizeof(*h));
 	return 0;
 }
 

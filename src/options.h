@@ -21,8 +21,8 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "RDMA device of the default PD (default: first with an active port)")  \
 	X(ACCESS, access, access, "LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC", \
 	  "access flags of the default heap")                                    \
-	X(CHUNK_MAX, chunk_max, size, "0",                                       \
-	  "largest step a heap grows by (0: jemalloc's geometric series)")       \
+	X(CHUNK_MAX, chunk_max, growth, "0",                                     \
+	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
 	  "most bytes of chunks held at once (0: no limit)")                     \
 	X(STATS, stats, stats, "0",                                              \

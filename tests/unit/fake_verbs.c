@@ -21,7 +21,7 @@ static struct ibv_pd pds[4];
 static int have_device;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_mr_info live[FAKE_MAX_MRS];
-static unsigned long calls, fail_from;
+static unsigned long calls, fail_from, fail_count;
 static uint32_t next_key = 0x100;
 static int reenter;
 
@@ -30,11 +30,17 @@ struct ibv_pd *fake_pd(int i)
 	return &pds[i];
 }
 
-void fake_fail_reg_from(unsigned long n)
+void fake_fail_reg(unsigned long n, unsigned long count)
 {
 	pthread_mutex_lock(&mu);
 	fail_from = n;
+	fail_count = count;
 	pthread_mutex_unlock(&mu);
+}
+
+void fake_fail_reg_from(unsigned long n)
+{
+	fake_fail_reg(n, 0);
 }
 
 void fake_reenter_jemalloc(int on)
@@ -61,7 +67,7 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 	}
 	pthread_mutex_lock(&mu);
 	calls++;
-	if (fail_from && calls >= fail_from) {
+	if (fail_from && calls >= fail_from && (!fail_count || calls < fail_from + fail_count)) {
 		pthread_mutex_unlock(&mu);
 		errno = ENOMEM;
 		return NULL;

@@ -32,6 +32,8 @@ void fake_verbs_install(int with_device);
 struct ibv_pd *fake_pd(int i);
 /* Fail registrations number n, n+1, ... (counting from 1); 0 = never. */
 void fake_fail_reg_from(unsigned long n);
+/* Fail @count registrations from number n on, then succeed again. */
+void fake_fail_reg(unsigned long n, unsigned long count);
 /* Also allocate from the private jemalloc inside every registration, as
  * libibverbs does when rdmalloc is the process allocator. */
 void fake_reenter_jemalloc(int on);

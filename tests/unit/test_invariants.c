@@ -157,6 +157,17 @@ Test(invariants, 7_failed_registration_fails_cleanly, .init = cr_redirect_stderr
 	cr_assert_eq(after.mrs, before.mrs);
 	cr_assert_eq(fake_live_mrs(), mrs);
 	cr_assert_geq(after.registration_failures, 5);
+	/* A registration that fails once, then succeeds on jemalloc's retry
+	 * with a smaller chunk: the allocation succeeds and errno is intact. */
+	unsigned long failures = stats().registration_failures;
+	fake_fail_reg(fake_reg_calls() + 1, 1);
+	errno = 4321;
+	void *after_retry = rdma_malloc((size_t)40 << 20);
+	cr_assert(after_retry);
+	cr_assert_eq(stats().registration_failures, failures + 1, "no registration failed and was retried");
+	cr_assert_eq(errno, 4321, "errno changed by a successful allocation");
+	rdma_free(after_retry);
+	fake_fail_reg_from(fake_reg_calls() + 1);
 	/* Memory that needs no new chunk still works, and recovery is clean. */
 	void *small = rdma_malloc(16);
 	cr_assert(small);
@@ -211,6 +222,7 @@ Test(invariants, heap_destroy_releases_everything)
 	unsigned char v;
 	cr_assert_eq(mincore(region, len < 4096 ? len : 4096, &v), -1, "the heap's chunk is still mapped");
 	cr_assert_eq(rdma_malloc_keys(p[0], 1, NULL, NULL, NULL), ENOENT, "stale pointer still has keys");
+	cr_assert_eq(rdma_heap_destroy(h), EINVAL, "a second destroy was not refused");
 	cr_assert_eq(rdma_heap_destroy(NULL), EINVAL);
 	cr_assert_eq(rdma_heap_destroy(rdma_heap_default()), EINVAL);
 }

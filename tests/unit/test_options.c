@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fake_verbs.h"
@@ -120,8 +121,27 @@ Test(options, bad_values_warn_and_keep_defaults, .init = cr_redirect_stderr)
 		"port)); keeping the default \"\"\n"
 		"rdmalloc: warning: RDMALLOC_ACCESS=\"REMOTE_WRITE\" is not valid (access flags of the default "
 		"heap); keeping the default \"LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC\"\n"
-		"rdmalloc: warning: RDMALLOC_CHUNK_MAX=\"lots\" is not valid (largest step a heap grows by (0: "
-		"jemalloc's geometric series)); keeping the default \"0\"\n");
+		"rdmalloc: warning: RDMALLOC_CHUNK_MAX=\"lots\" is not valid (largest step a heap grows by, 0 or "
+		">= 2M (0: jemalloc's series)); keeping the default \"0\"\n");
+}
+
+Test(options, chunk_max_below_a_granule_is_refused, .init = cr_redirect_stderr)
+{
+	const char *bad[] = { "1", "4095", "1K", "1M" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("RDMALLOC_CHUNK_MAX", bad[i], 1);
+		struct rdmalloc_options o;
+		cr_assert_eq(rdmalloc_options_parse(&o, (rdmalloc_getenv_fn)getenv), 1, "\"%s\" accepted", bad[i]);
+		cr_assert_eq(o.chunk_max, 0);
+	}
+	/* And the library starts and grows by at most the limit. */
+	setenv("RDMALLOC_CHUNK_MAX", "2M", 1);
+	fake_verbs_install(1);
+	for (int i = 0; i < 40; i++)
+		cr_assert(rdma_malloc(100000));
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	cr_assert_leq(st.chunk_bytes, st.chunks * (4u << 20), "chunks larger than the growth limit");
 }
 
 Test(options, log_level_none_silences_warnings, .init = cr_redirect_stderr)
