@@ -107,6 +107,9 @@ void e2e_fill(void *buf, size_t len, uint32_t seed);
 /* Offset of the first byte of @buf that is not the pattern, or (size_t)-1.
  * *@ndiff (may be NULL) gets the number of differing bytes. */
 size_t e2e_check(const void *buf, size_t len, uint32_t seed, size_t *ndiff);
+/* Offset of the first byte where @a and @b differ, or (size_t)-1 (memcmp
+ * speed); *@ndiff (may be NULL) gets the number of differing bytes. */
+size_t e2e_compare(const void *a, const void *b, size_t len, size_t *ndiff);
 /* Same against a constant byte. */
 size_t e2e_check_const(const void *buf, size_t len, uint8_t c, size_t *ndiff);
 
