@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* alloc.c - the allocation functions of rdma_malloc.h. */
 #include <errno.h>
-#include <jemalloc/jemalloc.h>
+#include "je.h"
 #include <string.h>
 
 #include "chunk.h"
@@ -30,7 +30,7 @@ static inline struct rdmalloc_heap *heap_of(const void *ptr, const char *who)
 static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
 {
 	int saved = errno;
-	void *p = mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
+	void *p = je_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
 }
@@ -79,13 +79,13 @@ RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 		void *q = alloc(h, size, 0);
 		if (!q)
 			return NULL;
-		size_t old = sallocx(ptr, 0);
+		size_t old = je_sallocx(ptr, 0);
 		memcpy(q, ptr, old < size ? old : size);
-		dallocx(ptr, rdmalloc_heap_free_flags(from));
+		je_dallocx(ptr, rdmalloc_heap_free_flags(from));
 		return q;
 	}
 	int saved = errno;
-	void *q = rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
+	void *q = je_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
 }
@@ -130,12 +130,12 @@ RDMA_EXPORT void rdma_free(void *ptr)
 {
 	if (!ptr)
 		return;
-	dallocx(ptr, rdmalloc_heap_free_flags(heap_of(ptr, "rdma_free")));
+	je_dallocx(ptr, rdmalloc_heap_free_flags(heap_of(ptr, "rdma_free")));
 }
 
 RDMA_EXPORT size_t rdma_malloc_usable_size(const void *ptr)
 {
 	if (!ptr || !rdmalloc_table_lookup(ptr))
 		return 0;
-	return sallocx(ptr, 0);
+	return je_sallocx(ptr, 0);
 }

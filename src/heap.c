@@ -91,7 +91,7 @@ static int arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldle
 {
 	char name[64];
 	snprintf(name, sizeof(name), "arena.%u.%s", arena, what);
-	return mallctl(name, oldp, oldlen, newp, newlen);
+	return je_mallctl(name, oldp, oldlen, newp, newlen);
 }
 
 const void *rdmalloc_arena_hooks(unsigned arena)
@@ -112,26 +112,26 @@ unsigned rdmalloc_automatic_arenas(void)
 {
 	unsigned n = 0;
 	size_t sz = sizeof(n);
-	if (mallctl("opt.narenas", &n, &sz, NULL, 0))
+	if (je_mallctl("opt.narenas", &n, &sz, NULL, 0))
 		return 0;
 	return n;
 }
 
-void *rdmalloc_je_malloc(size_t size)
+void *rdmalloc_probe_malloc(size_t size)
 {
-	return malloc(size);
+	return je_malloc(size);
 }
 
-void rdmalloc_je_free(void *p)
+void rdmalloc_probe_free(void *p)
 {
-	free(p);
+	je_free(p);
 }
 
 uint64_t rdmalloc_heap_live_bytes(void)
 {
 	uint64_t epoch = 1, total = 0;
 	size_t sz = sizeof(epoch);
-	mallctl("epoch", &epoch, &sz, &epoch, sz);
+	je_mallctl("epoch", &epoch, &sz, &epoch, sz);
 	pthread_mutex_lock(&heap_mutex);
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
@@ -143,7 +143,7 @@ uint64_t rdmalloc_heap_live_bytes(void)
 			size_t v = 0;
 			sz = sizeof(v);
 			snprintf(name, sizeof(name), "stats.arenas.%u.%s", h->arena, parts[k]);
-			if (mallctl(name, &v, &sz, NULL, 0) == 0)
+			if (je_mallctl(name, &v, &sz, NULL, 0) == 0)
 				total += v;
 		}
 	}
@@ -155,7 +155,7 @@ uint64_t rdmalloc_heap_live_bytes(void)
 static void tcache_destroy_locked(unsigned tc)
 {
 	tc_owner[tc] = 0;
-	if (mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc)))
+	if (je_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc)))
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "tcache.destroy(%u) failed", tc);
 }
 
@@ -181,12 +181,12 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	size_t sz = sizeof(tc);
 	int flag = MALLOCX_TCACHE_NONE;
 	pthread_mutex_lock(&tc_mutex);
-	if (mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
+	if (je_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
 		if (tc < TC_MAX) {
 			tc_owner[tc] = h->gen;
 			flag = MALLOCX_TCACHE(tc);
 		} else {
-			mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
+			je_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
 		}
 	}
 	pthread_mutex_unlock(&tc_mutex);
@@ -249,7 +249,7 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 	 * stays on plain mmap, only data extents come from our chunks (so a
 	 * peer with an rkey can never reach the allocator's bookkeeping). */
 	size_t sz = sizeof(h->arena);
-	if (mallctl("arenas.create", &h->arena, &sz, NULL, 0)) {
+	if (je_mallctl("arenas.create", &h->arena, &sz, NULL, 0)) {
 		h = NULL;
 		*err = EAGAIN;
 		goto out;

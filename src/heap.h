@@ -36,7 +36,7 @@ RDMALLOC_TESTABLE unsigned rdmalloc_automatic_arenas(void);
 /* The private jemalloc's own malloc/free (automatic arenas), for the tests
  * that re-enter jemalloc from inside a hook, as libibverbs does under the
  * LD_PRELOAD drop-in. */
-RDMALLOC_TESTABLE void *rdmalloc_je_malloc(size_t size);
-RDMALLOC_TESTABLE void rdmalloc_je_free(void *p);
+RDMALLOC_TESTABLE void *rdmalloc_probe_malloc(size_t size);
+RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
 
 #endif

@@ -34,7 +34,7 @@ static void init_once(void)
 	rdmalloc_options_parse(&rdmalloc_opts, env);
 	bool retain = true;
 	size_t sz = sizeof(retain);
-	if (mallctl("opt.retain", &retain, &sz, NULL, 0) == 0 && !retain)
+	if (je_mallctl("opt.retain", &retain, &sz, NULL, 0) == 0 && !retain)
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
 	rdmalloc_pd_init();

@@ -60,10 +60,10 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 {
 	if (reenter) {
 		/* libibverbs calloc()s the MR and fork-protection nodes here. */
-		void *p = rdmalloc_je_malloc(48);
-		void *q = rdmalloc_je_malloc(20000);
-		rdmalloc_je_free(p);
-		rdmalloc_je_free(q);
+		void *p = rdmalloc_probe_malloc(48);
+		void *q = rdmalloc_probe_malloc(20000);
+		rdmalloc_probe_free(p);
+		rdmalloc_probe_free(q);
 	}
 	pthread_mutex_lock(&mu);
 	calls++;
