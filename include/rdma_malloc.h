@@ -269,6 +269,8 @@ void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
 	X(lookups, counter, "key lookups that succeeded")                           \
 	X(lookup_failures, counter, "key lookups that failed (ENOENT/ERANGE/ENODEV)") \
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
+	X(elided_registrations, counter, "ibv_reg_mr calls of the program answered from a chunk (LD_PRELOAD)") \
+	X(passthrough_registrations, counter, "ibv_reg_mr calls of the program passed to libibverbs (LD_PRELOAD)") \
 	X(fallbacks, counter, "fallbacks taken (each also logged once)")
 
 #define RDMA_MALLOC_STATS_VERSION 1

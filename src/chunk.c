@@ -1,11 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chunk.c - chunks: map memory for a heap, register it with every attached
- * PD, publish it in the address table; and the reverse.
+ * PD, publish it in the address table; and the reverse.  Also the set of
+ * attached PDs, which is what registration follows.
  *
  * Chunks are created only from the alloc extent hook and released only when
  * their heap is destroyed: while a chunk is registered it is never purged,
  * decommitted or unmapped (see hooks.c).
+ *
+ * Locking (doc/design.md, "Locks and fork"): chunk_mutex is a leaf.  It
+ * guards the chunk list, the table writers, the descriptor pool, the PD
+ * slots and their generation, and is never held across a verbs call, an
+ * allocation or another lock.  Registration happens outside it: a new chunk
+ * registers with a snapshot of the PD slots and publishes only if the slots
+ * did not change meanwhile (pd_gen), else it registers again.  Attach and
+ * detach are serialised by the caller (pd.c's mutex).
  */
 #include "chunk.h"
 
@@ -16,6 +25,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "heap.h"
 #include "log.h"
 #include "options.h"
@@ -25,9 +35,12 @@
 #include "verbs.h"
 
 static pthread_mutex_t chunk_mutex = PTHREAD_MUTEX_INITIALIZER;
-static struct rdmalloc_chunk *all_chunks;   /* list of published chunks */
-static struct rdmalloc_chunk *free_descs;   /* recycled descriptors */
-static size_t held_bytes;                   /* for RDMALLOC_MAX_REGISTERED */
+static struct rdmalloc_chunk *all_chunks; /* published chunks */
+static struct rdmalloc_chunk *free_descs; /* recycled descriptors */
+static size_t held_bytes;                 /* chunks held or being made, for RDMALLOC_MAX_REGISTERED */
+static _Atomic(struct ibv_pd *) slots[RDMA_MALLOC_MAX_PDS];
+static unsigned reserved;                 /* slots an attach is filling */
+static unsigned long pd_gen;              /* bumped whenever slots change */
 
 void rdmalloc_chunk_lock(void)
 {
@@ -39,9 +52,14 @@ void rdmalloc_chunk_unlock(void)
 	pthread_mutex_unlock(&chunk_mutex);
 }
 
+struct ibv_pd *rdmalloc_pd_slot(unsigned s)
+{
+	return atomic_load_explicit(&slots[s], memory_order_acquire);
+}
+
 /* Descriptors come from pages of their own, never from jemalloc (we run
  * inside its hooks) and are recycled, never unmapped, so a racing reader of
- * a stale pointer reads memory that is still mapped. */
+ * a stale pointer reads memory that is still mapped.  Chunk lock held. */
 static struct rdmalloc_chunk *desc_alloc(void)
 {
 	if (!free_descs) {
@@ -61,6 +79,7 @@ static struct rdmalloc_chunk *desc_alloc(void)
 	return c;
 }
 
+/* Chunk lock held. */
 static void desc_free(struct rdmalloc_chunk *c)
 {
 	c->base = 0;
@@ -74,7 +93,9 @@ static void desc_free(struct rdmalloc_chunk *c)
 static void *map_aligned(size_t size, size_t align)
 {
 	size_t len = size + align;
-	char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_MMAP, NULL, len);
+	char *m = ferr ? (errno = ferr, MAP_FAILED)
+		       : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return NULL;
 	char *p = (char *)align_up((uintptr_t)m, align);
@@ -93,7 +114,9 @@ static void reg_clear(struct rdmalloc_reg *r)
 	atomic_store_explicit(&r->rkey, 0, memory_order_relaxed);
 }
 
-/* Register chunk @c in slot @slot.  Chunk lock held. */
+/* Register chunk @c in slot @slot.  No lock held: nobody else writes this
+ * slot of this chunk meanwhile (creation owns an unpublished chunk; attach
+ * and detach are serialised). */
 static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 {
 	unsigned access = rdmalloc_heap_access_of(c->heap);
@@ -110,7 +133,7 @@ static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 	return 0;
 }
 
-/* Deregister slot @slot of @c.  Chunk lock held. */
+/* Deregister slot @slot of @c (same rules as reg_slot). */
 static int dereg_slot(struct rdmalloc_chunk *c, unsigned slot)
 {
 	struct rdmalloc_reg *r = &c->reg[slot];
@@ -130,6 +153,35 @@ static int dereg_all(struct rdmalloc_chunk *c)
 	return first;
 }
 
+/* Make @c's registrations match @want, the PD of each slot. */
+static int sync_regs(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDMA_MALLOC_MAX_PDS])
+{
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
+		struct ibv_pd *have = atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed);
+		if (have == want[s])
+			continue;
+		if (have)
+			dereg_slot(c, s);
+		if (want[s]) {
+			int err = reg_slot(c, s, want[s]);
+			if (err)
+				return err;
+		}
+	}
+	return 0;
+}
+
+static void log_reg_failure(size_t size, int err)
+{
+	struct rlimit rl = { 0, 0 };
+	getrlimit(RLIMIT_MEMLOCK, &rl);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN,
+			  "ibv_reg_mr of a %zu-byte chunk failed: %s (RLIMIT_MEMLOCK %llu bytes); "
+			  "jemalloc may retry with a smaller chunk, else the allocation fails "
+			  "with ENOMEM (further failures are only counted)",
+			  size, strerror(err), (unsigned long long)rl.rlim_cur);
+}
+
 struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t size, size_t alignment)
 {
 	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
@@ -137,71 +189,81 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 		errno = ENOMEM;
 		return NULL;
 	}
-	rdmalloc_chunk_lock();
-	int err = ENOMEM;
-	struct rdmalloc_chunk *c = NULL;
 	size_t limit = rdmalloc_opts.max_registered;
+	rdmalloc_chunk_lock();
 	if (limit && (size > limit || held_bytes > limit - size)) {
+		rdmalloc_chunk_unlock();
 		STAT_INC(limit_refusals);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN,
 				  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk; jemalloc "
 				  "may retry with a smaller chunk, else the allocation fails with ENOMEM "
 				  "(further refusals are only counted)",
 				  limit, size);
-		goto out;
+		errno = ENOMEM;
+		return NULL;
 	}
-	c = desc_alloc();
-	if (!c)
-		goto out;
+	struct rdmalloc_chunk *c = desc_alloc();
+	if (c)
+		held_bytes += size;
+	rdmalloc_chunk_unlock();
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int err = ENOMEM;
 	void *p = map_aligned(size, align);
 	if (!p) {
-		err = errno;
-		desc_free(c);
-		c = NULL;
-		goto out;
+		err = errno ? errno : ENOMEM;
+		goto fail;
 	}
 	c->base = (uintptr_t)p;
 	c->size = size;
 	c->heap = heap;
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
-		struct ibv_pd *pd = rdmalloc_pd_slot(s);
-		if (pd && (err = reg_slot(c, s, pd)) != 0) {
-			struct rlimit rl = { 0, 0 };
-			getrlimit(RLIMIT_MEMLOCK, &rl);
-			rdmalloc_log_once(RDMALLOC_LOG_WARN,
-					  "ibv_reg_mr of a %zu-byte chunk failed: %s (RLIMIT_MEMLOCK %llu bytes); "
-					  "jemalloc may retry with a smaller chunk, else the allocation fails "
-					  "with ENOMEM (further failures are only counted)",
-					  size, strerror(err), (unsigned long long)rl.rlim_cur);
-			goto undo;
+	for (;;) {
+		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
+		rdmalloc_chunk_lock();
+		unsigned long gen = pd_gen;
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+			want[s] = rdmalloc_pd_slot(s);
+		rdmalloc_chunk_unlock();
+		if ((err = sync_regs(c, want)) != 0) {
+			log_reg_failure(size, err);
+			goto fail;
 		}
+		rdmalloc_chunk_lock();
+		if (gen != pd_gen) { /* a PD came or went meanwhile: again */
+			rdmalloc_chunk_unlock();
+			continue;
+		}
+		if ((err = rdmalloc_table_insert(c)) != 0) {
+			rdmalloc_chunk_unlock();
+			goto fail;
+		}
+		c->next = all_chunks;
+		if (all_chunks)
+			all_chunks->prev = c;
+		all_chunks = c;
+		STAT_INC(chunks);
+		STAT_ADD(chunk_bytes, size);
+		rdmalloc_chunk_unlock();
+		return c;
 	}
-	if ((err = rdmalloc_table_insert(c)) != 0)
-		goto undo;
-	c->next = all_chunks;
-	if (all_chunks)
-		all_chunks->prev = c;
-	all_chunks = c;
-	held_bytes += size;
-	STAT_INC(chunks);
-	STAT_ADD(chunk_bytes, size);
-	err = 0;
-	goto out;
-undo:
+fail:
 	dereg_all(c);
-	munmap(p, size);
+	if (p)
+		munmap(p, size);
+	rdmalloc_chunk_lock();
+	held_bytes -= size;
 	desc_free(c);
-	c = NULL;
-out:
 	rdmalloc_chunk_unlock();
-	if (!c)
-		errno = err == 0 ? ENOMEM : err;
-	return c;
+	errno = err;
+	return NULL;
 }
 
-/* Chunk lock held. */
+/* Unpublish, deregister, unmap.  No lock held; the caller owns @c. */
 static void release(struct rdmalloc_chunk *c)
 {
+	rdmalloc_chunk_lock();
 	rdmalloc_table_remove(c);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -209,7 +271,9 @@ static void release(struct rdmalloc_chunk *c)
 		all_chunks = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	if (dereg_all(c)) {
+	rdmalloc_chunk_unlock();
+	int kept = dereg_all(c) != 0;
+	if (kept) {
 		/* The NIC may still map these pages: unmapping them would let
 		 * the kernel hand them to someone else while a peer can write
 		 * them.  Keep them (pinned) and say so. */
@@ -218,59 +282,147 @@ static void release(struct rdmalloc_chunk *c)
 	} else {
 		munmap((void *)c->base, c->size);
 	}
-	held_bytes -= c->size;
 	STAT_SUB(chunks, 1);
 	STAT_SUB(chunk_bytes, c->size);
+	rdmalloc_chunk_lock();
+	held_bytes -= c->size;
 	desc_free(c);
+	rdmalloc_chunk_unlock();
 }
 
 void rdmalloc_chunk_destroyed(void *addr, size_t size)
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = rdmalloc_table_lookup(addr);
-	if (!c || (uintptr_t)addr + size > c->base + c->size)
+	if (!c || (uintptr_t)addr + size > c->base + c->size) {
+		rdmalloc_chunk_unlock();
 		rdmalloc_fatal("destroy hook for [%p, +%zu) that is not a chunk of ours", addr, size);
+	}
 	c->destroyed += size;
-	if (c->destroyed == c->size)
-		release(c);
+	int whole = c->destroyed == c->size;
 	rdmalloc_chunk_unlock();
+	if (whole)
+		release(c);
 }
 
 size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap)
 {
 	size_t n = 0;
-	rdmalloc_chunk_lock();
-	for (struct rdmalloc_chunk *c = all_chunks, *next; c; c = next) {
-		next = c->next;
-		if (c->heap == heap) {
-			release(c);
-			n++;
-		}
+	for (;;) {
+		rdmalloc_chunk_lock();
+		struct rdmalloc_chunk *c = all_chunks;
+		while (c && c->heap != heap)
+			c = c->next;
+		rdmalloc_chunk_unlock();
+		if (!c)
+			return n;
+		release(c);
+		n++;
 	}
-	rdmalloc_chunk_unlock();
-	return n;
 }
 
-int rdmalloc_chunks_register_slot(unsigned slot, struct ibv_pd *pd)
+/* The next published chunk whose slot @s is not @pd, or NULL. */
+static struct rdmalloc_chunk *next_without(unsigned s, struct ibv_pd *pd)
 {
-	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next) {
-		int err = reg_slot(c, slot, pd);
+	struct rdmalloc_chunk *c = all_chunks;
+	while (c && atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed) != pd)
+		c = c->next;
+	return c;
+}
+
+static struct rdmalloc_chunk *next_lacking(unsigned s, struct ibv_pd *pd)
+{
+	struct rdmalloc_chunk *c = all_chunks;
+	while (c && atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed) == pd)
+		c = c->next;
+	return c;
+}
+
+int rdmalloc_chunks_attach(struct ibv_pd *pd)
+{
+	rdmalloc_chunk_lock();
+	int s = -1;
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++) {
+		if (rdmalloc_pd_slot(i) == pd) {
+			rdmalloc_chunk_unlock();
+			return EEXIST;
+		}
+		if (s < 0 && !rdmalloc_pd_slot(i) && !(reserved & (1u << i)))
+			s = (int)i;
+	}
+	if (s < 0) {
+		rdmalloc_chunk_unlock();
+		return ENOSPC;
+	}
+	reserved |= 1u << s;
+	/* Register every published chunk; chunks published meanwhile are found
+	 * by the next pass, and the slot goes live with the last pass. */
+	for (;;) {
+		struct rdmalloc_chunk *c = next_lacking((unsigned)s, pd);
+		if (!c) {
+			atomic_store_explicit(&slots[s], pd, memory_order_release);
+			reserved &= ~(1u << s);
+			pd_gen++;
+			rdmalloc_chunk_unlock();
+			return 0;
+		}
+		rdmalloc_chunk_unlock();
+		int err = reg_slot(c, (unsigned)s, pd);
+		rdmalloc_chunk_lock();
 		if (err) {
-			for (struct rdmalloc_chunk *d = all_chunks; d != c; d = d->next)
-				dereg_slot(d, slot);
+			for (struct rdmalloc_chunk *d; (d = next_without((unsigned)s, pd));) {
+				struct ibv_mr *mr = atomic_load_explicit(&d->reg[s].mr, memory_order_relaxed);
+				reg_clear(&d->reg[s]);
+				rdmalloc_chunk_unlock();
+				rdmalloc_dereg(mr);
+				rdmalloc_chunk_lock();
+			}
+			reserved &= ~(1u << s);
+			rdmalloc_chunk_unlock();
 			return err;
 		}
 	}
-	return 0;
 }
 
-int rdmalloc_chunks_deregister_slot(unsigned slot)
+int rdmalloc_chunks_detach(struct ibv_pd *pd)
 {
+	rdmalloc_chunk_lock();
+	int s = -1;
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS && s < 0; i++)
+		if (rdmalloc_pd_slot(i) == pd)
+			s = (int)i;
+	if (s < 0) {
+		rdmalloc_chunk_unlock();
+		return ENODEV;
+	}
+	atomic_store_explicit(&slots[s], NULL, memory_order_release);
+	pd_gen++;
 	int first = 0;
-	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next) {
-		int err = dereg_slot(c, slot);
+	for (struct rdmalloc_chunk *c; (c = next_without((unsigned)s, pd));) {
+		struct ibv_mr *mr = atomic_load_explicit(&c->reg[s].mr, memory_order_relaxed);
+		reg_clear(&c->reg[s]);
+		rdmalloc_chunk_unlock();
+		int err = rdmalloc_dereg(mr);
 		if (err && !first)
 			first = err;
+		rdmalloc_chunk_lock();
 	}
+	rdmalloc_chunk_unlock();
 	return first;
+}
+
+void rdmalloc_chunks_forget_registrations(void)
+{
+	/* In a fork child (single-threaded): the regions belong to the parent.
+	 * Deregistering them through the inherited verbs context would take
+	 * them from the parent, so they are only forgotten. */
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		atomic_store_explicit(&slots[s], NULL, memory_order_relaxed);
+	reserved = 0;
+	pd_gen++;
+	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+			reg_clear(&c->reg[s]);
+	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
+	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
 }

@@ -42,7 +42,7 @@ struct rdmalloc_chunk {
 #define RDMALLOC_GRANULE_SHIFT 21
 #define RDMALLOC_GRANULE ((size_t)1 << RDMALLOC_GRANULE_SHIFT)
 
-/* Serialises chunk creation and release and PD attach/detach. */
+/* The leaf lock of chunk.c: never held across verbs calls or allocation. */
 void rdmalloc_chunk_lock(void);
 void rdmalloc_chunk_unlock(void);
 
@@ -62,12 +62,14 @@ void rdmalloc_chunk_destroyed(void *addr, size_t size);
  * how many there were.  Takes the chunk lock. */
 size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap);
 
-/* With the chunk lock held: register every chunk in PD slot @slot; all or
- * nothing.  0 or an errno value. */
-int rdmalloc_chunks_register_slot(unsigned slot, struct ibv_pd *pd);
-/* With the chunk lock held: deregister every chunk from slot @slot.  0 or the
- * first errno of a failed deregistration. */
-int rdmalloc_chunks_deregister_slot(unsigned slot);
-
+/* Register every chunk, now and from now on, with @pd (in a free slot);
+ * all or nothing.  0, EEXIST, ENOSPC or the errno of the failed
+ * registration.  The caller serialises attach/detach (rdmalloc_pd_lock). */
+int rdmalloc_chunks_attach(struct ibv_pd *pd);
+/* Deregister every chunk from @pd and free its slot.  0, ENODEV, or the
+ * first errno of a failed deregistration (the PD is detached all the same). */
+int rdmalloc_chunks_detach(struct ibv_pd *pd);
+/* In a fork child: forget every registration (they are the parent's). */
+void rdmalloc_chunks_forget_registrations(void);
 
 #endif

@@ -27,6 +27,7 @@
 #include "init.h"
 #include "log.h"
 #include "options.h"
+#include "pd.h"
 #include "regtable.h"
 #include "stats.h"
 
@@ -58,6 +59,21 @@ struct tl_cache {
 	int tcflag; /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
 };
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
+
+/* fork: the outer locks, in their order (fork.c). */
+void rdmalloc_heap_lock_all(void)
+{
+	pthread_mutex_lock(&heap_mutex);
+	rdmalloc_pd_lock();
+	pthread_mutex_lock(&tc_mutex);
+}
+
+void rdmalloc_heap_unlock_all(void)
+{
+	pthread_mutex_unlock(&tc_mutex);
+	rdmalloc_pd_unlock();
+	pthread_mutex_unlock(&heap_mutex);
+}
 
 struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks)
 {
@@ -313,6 +329,7 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 		return EINVAL;
 	}
 	atomic_store_explicit(&heaps[h->slot], NULL, memory_order_release);
+	rdmalloc_pd_lock(); /* no attach/detach while chunks are released */
 	/* jemalloc requires every cache that holds the arena's memory to be
 	 * flushed before arena.<i>.destroy. */
 	pthread_mutex_lock(&tc_mutex);
@@ -326,6 +343,7 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 	if (left)
 		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
 			     left, h->slot);
+	rdmalloc_pd_unlock();
 	pthread_mutex_unlock(&heap_mutex);
 	return 0;
 }

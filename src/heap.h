@@ -25,6 +25,10 @@ int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h);
 /* The flags for freeing or resizing memory of @h on this thread. */
 int rdmalloc_heap_free_flags(struct rdmalloc_heap *h);
 
+/* fork(): take and release the heap, PD and cache mutexes, in order. */
+void rdmalloc_heap_lock_all(void);
+void rdmalloc_heap_unlock_all(void);
+
 /* The heap whose hooks are @hooks (an extent_hooks_t *). */
 struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks);
 

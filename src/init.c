@@ -6,7 +6,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include "fork.h"
 #include "heap.h"
 #include "hooks.h"
 #include "log.h"
@@ -22,25 +26,38 @@ static const char *env(const char *name)
 	return getenv(name);
 }
 
+/* A copy of stderr taken at start: programs (coreutils among them) close
+ * stderr in exit handlers that run before ours. */
+static int stats_fd = -1;
+
 static void print_stats_at_exit(void)
 {
-	rdma_malloc_stats_print(stderr, rdmalloc_opts.stats == RDMALLOC_STATS_ON_JSON
-						 ? RDMA_MALLOC_STATS_JSON
-						 : RDMA_MALLOC_STATS_TEXT);
+	FILE *out = stats_fd >= 0 ? fdopen(stats_fd, "w") : NULL;
+	int err = rdma_malloc_stats_print(out ? out : stderr,
+					  rdmalloc_opts.stats == RDMALLOC_STATS_ON_JSON ? RDMA_MALLOC_STATS_JSON
+											: RDMA_MALLOC_STATS_TEXT);
+	if (err)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", strerror(err));
+	if (out)
+		fclose(out);
 }
 
 static void init_once(void)
 {
+	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
 	rdmalloc_options_parse(&rdmalloc_opts, env);
 	bool retain = true;
 	size_t sz = sizeof(retain);
 	if (je_mallctl("opt.retain", &retain, &sz, NULL, 0) == 0 && !retain)
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
+	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */
 	rdmalloc_pd_init();
 	rdmalloc_heap_init(rdmalloc_opts.access);
-	if (rdmalloc_opts.stats != RDMALLOC_STATS_OFF)
+	if (rdmalloc_opts.stats != RDMALLOC_STATS_OFF) {
+		stats_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
 		atexit(print_stats_at_exit);
+	}
 	atomic_store_explicit(&rdmalloc_ready, 1, memory_order_release);
 }
 

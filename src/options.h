@@ -21,6 +21,8 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "RDMA device of the default PD (default: first with an active port)")  \
 	X(ACCESS, access, access, "LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC", \
 	  "access flags of the default heap")                                    \
+	X(PRELOAD_ACCESS, preload_access, access, "LOCAL_WRITE",                \
+	  "access flags of the LD_PRELOAD drop-in's heap (every plain malloc)")  \
 	X(CHUNK_MAX, chunk_max, growth, "0",                                     \
 	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
@@ -34,6 +36,7 @@ struct rdmalloc_options {
 	int log_level;
 	char device[RDMALLOC_DEVICE_NAME_MAX];
 	unsigned int access;
+	unsigned int preload_access;
 	size_t chunk_max;
 	size_t max_registered;
 	int stats;

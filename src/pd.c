@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* pd.c - the attached protection domains and the default one. */
+/* pd.c - the default protection domain, and attach/detach of PDs. */
 #include "pd.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -14,14 +15,21 @@
 #include "stats.h"
 #include "verbs.h"
 
-static _Atomic(struct ibv_pd *) slots[RDMA_MALLOC_MAX_PDS];
+/* Serialises attach, detach and heap destruction (which releases chunks);
+ * held across verbs calls, so it is an outer lock (doc/design.md). */
+static pthread_mutex_t pd_mutex = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct ibv_pd *) default_pd;
 static struct ibv_pd *opened_pd; /* what we opened, attached or not */
 static char no_device_why[160];
 
-struct ibv_pd *rdmalloc_pd_slot(unsigned s)
+void rdmalloc_pd_lock(void)
 {
-	return atomic_load_explicit(&slots[s], memory_order_acquire);
+	pthread_mutex_lock(&pd_mutex);
+}
+
+void rdmalloc_pd_unlock(void)
+{
+	pthread_mutex_unlock(&pd_mutex);
 }
 
 struct ibv_pd *rdmalloc_pd_default(void)
@@ -37,27 +45,11 @@ unsigned rdmalloc_pd_count(void)
 	return n;
 }
 
-static int find_slot(struct ibv_pd *pd)
+void rdmalloc_pd_forget(void)
 {
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		if (rdmalloc_pd_slot(s) == pd)
-			return (int)s;
-	return -1;
-}
-
-/* Chunk lock held. */
-static int attach_locked(struct ibv_pd *pd)
-{
-	if (find_slot(pd) >= 0)
-		return EEXIST;
-	int s = find_slot(NULL);
-	if (s < 0)
-		return ENOSPC;
-	int err = rdmalloc_chunks_register_slot((unsigned)s, pd);
-	if (err)
-		return err;
-	atomic_store_explicit(&slots[s], pd, memory_order_release);
-	return 0;
+	atomic_store_explicit(&default_pd, NULL, memory_order_relaxed);
+	opened_pd = NULL;
+	rdmalloc_chunks_forget_registrations();
 }
 
 void rdmalloc_pd_init(void)
@@ -71,12 +63,11 @@ void rdmalloc_pd_init(void)
 		return;
 	}
 	opened_pd = pd;
-	rdmalloc_chunk_lock();
-	/* No chunk exists yet, so this cannot fail. */
-	int err = attach_locked(pd);
+	rdmalloc_pd_lock();
+	int err = rdmalloc_chunks_attach(pd); /* no chunk exists yet */
 	if (!err)
 		atomic_store_explicit(&default_pd, pd, memory_order_release);
-	rdmalloc_chunk_unlock();
+	rdmalloc_pd_unlock();
 	if (err)
 		rdmalloc_fatal("attaching the default PD failed: %s", strerror(err));
 }
@@ -95,11 +86,11 @@ RDMA_EXPORT int rdma_malloc_attach_pd(struct ibv_pd *pd)
 	if (!pd)
 		return EINVAL;
 	rdmalloc_init();
-	rdmalloc_chunk_lock();
-	int err = attach_locked(pd);
+	rdmalloc_pd_lock();
+	int err = rdmalloc_chunks_attach(pd);
 	if (!err && pd == opened_pd)
 		atomic_store_explicit(&default_pd, pd, memory_order_release);
-	rdmalloc_chunk_unlock();
+	rdmalloc_pd_unlock();
 	return err;
 }
 
@@ -108,15 +99,10 @@ RDMA_EXPORT int rdma_malloc_detach_pd(struct ibv_pd *pd)
 	if (!pd)
 		return ENODEV;
 	rdmalloc_init();
-	rdmalloc_chunk_lock();
-	int s = find_slot(pd);
-	int err = ENODEV;
-	if (s >= 0) {
-		if (pd == rdmalloc_pd_default())
-			atomic_store_explicit(&default_pd, NULL, memory_order_release);
-		atomic_store_explicit(&slots[s], NULL, memory_order_release);
-		err = rdmalloc_chunks_deregister_slot((unsigned)s);
-	}
-	rdmalloc_chunk_unlock();
+	rdmalloc_pd_lock();
+	if (pd == rdmalloc_pd_default())
+		atomic_store_explicit(&default_pd, NULL, memory_order_release);
+	int err = rdmalloc_chunks_detach(pd);
+	rdmalloc_pd_unlock();
 	return err;
 }

@@ -7,10 +7,15 @@ struct ibv_pd;
 
 /* Open the default PD (once, at initialisation) and attach it. */
 void rdmalloc_pd_init(void);
-/* The PD in slot @s, or NULL.  Chunk lock held, or a racy read for lookup. */
+/* The PD in slot @s, or NULL (chunk.c; a lock-free read). */
 struct ibv_pd *rdmalloc_pd_slot(unsigned s);
 /* The default PD as of now (NULL if none or detached). */
 struct ibv_pd *rdmalloc_pd_default(void);
 unsigned rdmalloc_pd_count(void);
+/* The outer lock serialising attach, detach and heap destruction. */
+void rdmalloc_pd_lock(void);
+void rdmalloc_pd_unlock(void);
+/* In a fork child: the default PD and every registration are the parent's. */
+void rdmalloc_pd_forget(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fault.h"
 #include "log.h"
 #include "stats.h"
 
@@ -89,6 +90,8 @@ static const struct rdmalloc_verbs_ops real_ops = {
 
 static const struct rdmalloc_verbs_ops *ops = &real_ops;
 
+RDMALLOC_TLS int rdmalloc_tl_in_verbs;
+
 void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *o)
 {
 	ops = o ? o : &real_ops;
@@ -105,7 +108,10 @@ struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 {
 	uint64_t t0 = now_ns();
 	errno = 0;
-	struct ibv_mr *mr = ops->reg_mr(pd, addr, len, access);
+	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len);
+	rdmalloc_tl_in_verbs++;
+	struct ibv_mr *mr = ferr ? (errno = ferr, NULL) : ops->reg_mr(pd, addr, len, access);
+	rdmalloc_tl_in_verbs--;
 	STAT_ADD(registration_ns, now_ns() - t0);
 	if (!mr) {
 		if (!errno)
@@ -122,7 +128,11 @@ struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 int rdmalloc_dereg(struct ibv_mr *mr)
 {
 	size_t len = mr->length;
-	int err = ops->dereg_mr(mr);
+	int err = rdmalloc_fault_hit(RDMALLOC_FAULT_DEREG, mr->addr, len);
+	rdmalloc_tl_in_verbs++;
+	if (!err)
+		err = ops->dereg_mr(mr);
+	rdmalloc_tl_in_verbs--;
 	if (err) {
 		STAT_INC(deregistration_failures);
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of %zu bytes failed: %s; the pages stay pinned",
@@ -137,7 +147,10 @@ int rdmalloc_dereg(struct ibv_mr *mr)
 
 struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t whylen)
 {
-	return ops->open_default_pd(device, why, whylen);
+	rdmalloc_tl_in_verbs++;
+	struct ibv_pd *pd = ops->open_default_pd(device, why, whylen);
+	rdmalloc_tl_in_verbs--;
+	return pd;
 }
 
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey)

@@ -26,6 +26,15 @@ struct rdmalloc_verbs_ops {
 	struct ibv_pd *(*open_default_pd)(const char *device, char *why, size_t whylen);
 };
 
+/*
+ * Non-zero while this thread is inside a verbs call made by rdmalloc.  The
+ * LD_PRELOAD drop-in then serves the thread's mallocs (libibverbs allocates
+ * inside ibv_reg_mr) from jemalloc's own arenas, never from a heap whose
+ * growth would re-enter the registration code, and passes its own
+ * ibv_reg_mr calls straight to libibverbs.
+ */
+extern RDMALLOC_TLS int rdmalloc_tl_in_verbs;
+
 /* Must be called before the library initialises (before any allocation). */
 RDMALLOC_TESTABLE void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *ops);
 

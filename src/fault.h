@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fault.h - test-only fault injection (-Dfault_injection=true).
+ *
+ * Each fault site counts its calls; a test arms a site to fail the n-th call
+ * (and optionally the next ones, or one call in k at random) with an errno of
+ * its choice.  Without -Dfault_injection=true (the default, and always in a
+ * release build) rdmalloc_fault_hit() is the constant 0, the sites compile to
+ * the plain call and this file declares nothing else.
+ *
+ * Sites:
+ *  REG       ibv_reg_mr() in rdmalloc_reg() (chunk creation, PD attach);
+ *  DEREG     ibv_dereg_mr() in rdmalloc_dereg() (heap destroy, PD detach);
+ *            a failed deregistration leaves the region registered, exactly
+ *            as when the real call fails;
+ *  MMAP      the mmap() of a chunk in map_aligned();
+ *  HUGEPAGE  placeholder: no code allocates huge-page chunks yet, so nothing
+ *            calls it.  When huge-page chunks exist, their allocation must
+ *            call rdmalloc_fault_hit(RDMALLOC_FAULT_HUGEPAGE, ...) and fall
+ *            back as documented; tests/fault sweeps it already and reports
+ *            that it is never reached.
+ */
+#ifndef RDMALLOC_FAULT_H
+#define RDMALLOC_FAULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler.h"
+
+enum rdmalloc_fault_site {
+	RDMALLOC_FAULT_REG = 0,
+	RDMALLOC_FAULT_DEREG,
+	RDMALLOC_FAULT_MMAP,
+	RDMALLOC_FAULT_HUGEPAGE,
+	RDMALLOC_FAULT_SITES
+};
+
+#ifdef RDMALLOC_FAULT_INJECTION
+
+/* At a site: 0 to go on, or the errno value the call must fail with.
+ * @addr/@len describe the call (recorded for the tests). */
+int rdmalloc_fault_hit(enum rdmalloc_fault_site site, const void *addr, size_t len);
+
+/* A record of one injected fault. */
+struct rdmalloc_fault_rec {
+	uintptr_t addr;
+	size_t len;
+	unsigned long call; /* its number, counted from the last arm (1 = first) */
+};
+
+/*
+ * Fail calls number @first .. @first+@count-1 of @site, counted from now
+ * (1 = the next call); @count 0 = every call from @first on.  @err is the
+ * errno value (0 = ENOMEM for REG/MMAP/HUGEPAGE, EIO for DEREG).  Resets
+ * the site's call and fault counts and its records.  @first 0 disarms.
+ */
+RDMALLOC_TESTABLE void rdmalloc_fault_arm(enum rdmalloc_fault_site site, unsigned long first,
+					  unsigned long count, int err);
+/* Fail each call of @site with probability 1/@one_in, decided by a hash of
+ * (@seed, call number): reproducible for one interleaving.  Resets counts. */
+RDMALLOC_TESTABLE void rdmalloc_fault_arm_random(enum rdmalloc_fault_site site, unsigned one_in,
+						 uint64_t seed, int err);
+/* Disarm every site (counts are kept). */
+RDMALLOC_TESTABLE void rdmalloc_fault_disarm_all(void);
+/* Calls of @site and faults injected at it since it was last armed. */
+RDMALLOC_TESTABLE unsigned long rdmalloc_fault_calls(enum rdmalloc_fault_site site);
+RDMALLOC_TESTABLE unsigned long rdmalloc_fault_injected(enum rdmalloc_fault_site site);
+/* Faults injected at @site over the life of the process. */
+RDMALLOC_TESTABLE unsigned long rdmalloc_fault_injected_total(enum rdmalloc_fault_site site);
+/* Copy up to @max records of the most recent faults of @site since it was
+ * last armed (at most RDMALLOC_FAULT_RECORDS kept); returns the count. */
+#define RDMALLOC_FAULT_RECORDS 64
+RDMALLOC_TESTABLE size_t rdmalloc_fault_records(enum rdmalloc_fault_site site,
+						struct rdmalloc_fault_rec *out, size_t max);
+/* 1: this library was built with fault injection. */
+RDMALLOC_TESTABLE int rdmalloc_fault_enabled(void);
+
+#else
+
+#define rdmalloc_fault_hit(site, addr, len) 0
+
+#endif
+
+#endif

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fork.c - fork(): our locks across it, and the child's registrations.
+ *
+ * Lock order (doc/design.md): heap_mutex -> pd_mutex -> tc_mutex -> jemalloc's
+ * locks -> chunk_mutex.  pthread_atfork runs prepare handlers in reverse
+ * order of registration, so:
+ *  - the inner handler (chunk_mutex) is registered before jemalloc
+ *    initialises (a priority constructor, and the first allocation of the
+ *    LD_PRELOAD drop-in), and its prepare runs after jemalloc's;
+ *  - the outer handler (heap, PD and cache mutexes) is registered after
+ *    jemalloc initialised, and its prepare runs before jemalloc's.
+ * The child keeps working memory but none of the parent's registrations:
+ * they name the parent's pages, and deregistering them through the
+ * inherited verbs context would take them from the parent.
+ */
+#include "fork.h"
+
+#include <pthread.h>
+
+#include "chunk.h"
+#include "heap.h"
+#include "log.h"
+#include "pd.h"
+
+static void inner_prepare(void)
+{
+	rdmalloc_chunk_lock();
+}
+
+static void inner_release(void)
+{
+	rdmalloc_chunk_unlock();
+}
+
+static void outer_prepare(void)
+{
+	rdmalloc_heap_lock_all();
+}
+
+static void outer_parent(void)
+{
+	rdmalloc_heap_unlock_all();
+}
+
+static void outer_child(void)
+{
+	rdmalloc_heap_unlock_all();
+	rdmalloc_pd_forget();
+}
+
+static void register_inner(void)
+{
+	if (pthread_atfork(inner_prepare, inner_release, inner_release))
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "pthread_atfork failed: fork() may deadlock the child");
+}
+
+static void register_outer(void)
+{
+	if (pthread_atfork(outer_prepare, outer_parent, outer_child))
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "pthread_atfork failed: fork() may deadlock the child");
+}
+
+static pthread_once_t inner_once = PTHREAD_ONCE_INIT, outer_once = PTHREAD_ONCE_INIT;
+
+void rdmalloc_fork_register_inner(void)
+{
+	pthread_once(&inner_once, register_inner);
+}
+
+void rdmalloc_fork_register_outer(void)
+{
+	pthread_once(&outer_once, register_outer);
+}
+
+/* Before jemalloc's own constructor (default priority) in this object. */
+__attribute__((constructor(101))) static void fork_early(void)
+{
+	rdmalloc_fork_register_inner();
+}
