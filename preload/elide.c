@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * elide.c - registration elision: the program's own ibv_reg_mr of memory
+ * that already lies in one of rdmalloc's registered chunks.
+ *
+ * When the range is inside one chunk, the PD is attached (or can be attached
+ * now: every chunk is then registered with it too), and the chunk's access
+ * flags cover the requested ones (optional flags such as relaxed ordering
+ * are hints and ignored), the program gets a struct ibv_mr of its own whose
+ * keys are the chunk's: no kernel call.  ibv_dereg_mr of such a region just
+ * frees it.  Everything else goes to libibverbs unchanged.  The keys of an
+ * elided region grant what the chunk's registration grants: the whole chunk
+ * (doc/preload.md).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "chunk.h"
+#include "heap.h"
+#include "log.h"
+#include "pd.h"
+#include "preload.h"
+#include "rdma_malloc.h"
+#include "regtable.h"
+#include "stats.h"
+#include "verbs.h"
+
+/* verbs.h wraps these two in macros; here we define the functions. */
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define PRELOAD_API __attribute__((visibility("default")))
+
+struct elided {
+	struct ibv_mr mr; /* first: the program holds &e->mr */
+	struct elided *next;
+};
+
+static pthread_mutex_t elided_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct elided *elided_list;
+
+typedef struct ibv_mr *(*reg_fn)(struct ibv_pd *, void *, size_t, int);
+typedef struct ibv_mr *(*reg_iova_fn)(struct ibv_pd *, void *, size_t, uint64_t, int);
+typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
+typedef int (*dereg_fn)(struct ibv_mr *);
+
+/* libibverbs' own definitions, by the versions a program links against. */
+static void *real(const char *name, const char *version)
+{
+	void *f = dlvsym(RTLD_NEXT, name, version);
+	if (!f)
+		rdmalloc_fatal("cannot find libibverbs' %s@%s: %s", name, version, dlerror());
+	return f;
+}
+
+#define OPTIONAL_ACCESS ((unsigned int)IBV_ACCESS_OPTIONAL_RANGE)
+
+/* The elided region for [addr, addr+len), or NULL when not eligible. */
+static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
+{
+	if (rdmalloc_tl_in_verbs || !rdmalloc_preload_heap() || !pd || !len)
+		return NULL;
+	struct rdmalloc_chunk *c = rdmalloc_table_lookup(addr);
+	if (!c || len > c->size - ((uintptr_t)addr - c->base))
+		return NULL;
+	if ((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap))
+		return NULL;
+	struct ibv_mr *chunk_mr = rdma_malloc_mr(addr, len, pd);
+	if (!chunk_mr && errno == ENODEV) {
+		int err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
+		if (err && err != EEXIST) {
+			rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
+					  "registrations go to libibverbs", strerror(err));
+			return NULL;
+		}
+		chunk_mr = rdma_malloc_mr(addr, len, pd);
+	}
+	if (!chunk_mr)
+		return NULL;
+	struct elided *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->mr = *chunk_mr;
+	e->mr.addr = addr;
+	e->mr.length = len;
+	pthread_mutex_lock(&elided_mutex);
+	e->next = elided_list;
+	elided_list = e;
+	pthread_mutex_unlock(&elided_mutex);
+	STAT_INC(elided_registrations);
+	return &e->mr;
+}
+
+static struct ibv_mr *passed(struct ibv_mr *mr)
+{
+	if (!rdmalloc_tl_in_verbs)
+		STAT_INC(passthrough_registrations);
+	return mr;
+}
+
+PRELOAD_API struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	struct ibv_mr *mr = elide(pd, addr, length, (unsigned int)access);
+	if (mr)
+		return mr;
+	static reg_fn next;
+	if (!next)
+		next = (reg_fn)real("ibv_reg_mr", "IBVERBS_1.1");
+	return passed(next(pd, addr, length, access));
+}
+
+PRELOAD_API struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+					   int access)
+{
+	struct ibv_mr *mr = iova == (uintptr_t)addr ? elide(pd, addr, length, (unsigned int)access) : NULL;
+	if (mr)
+		return mr;
+	static reg_iova_fn next;
+	if (!next)
+		next = (reg_iova_fn)real("ibv_reg_mr_iova", "IBVERBS_1.7");
+	return passed(next(pd, addr, length, iova, access));
+}
+
+PRELOAD_API struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+					    unsigned int access)
+{
+	struct ibv_mr *mr = iova == (uintptr_t)addr ? elide(pd, addr, length, access) : NULL;
+	if (mr)
+		return mr;
+	static reg_iova2_fn next;
+	if (!next)
+		next = (reg_iova2_fn)real("ibv_reg_mr_iova2", "IBVERBS_1.8");
+	return passed(next(pd, addr, length, iova, access));
+}
+
+PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	if (!rdmalloc_tl_in_verbs) {
+		pthread_mutex_lock(&elided_mutex);
+		struct elided **pp = &elided_list;
+		while (*pp && &(*pp)->mr != mr)
+			pp = &(*pp)->next;
+		struct elided *e = *pp;
+		if (e)
+			*pp = e->next;
+		pthread_mutex_unlock(&elided_mutex);
+		if (e) {
+			free(e);
+			return 0;
+		}
+	}
+	static dereg_fn next;
+	if (!next)
+		next = (dereg_fn)real("ibv_dereg_mr", "IBVERBS_1.1");
+	return next(mr);
+}

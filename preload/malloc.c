@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * malloc.c - the C allocation ABI of glibc, on a registered heap.
+ *
+ * Every thread is bound (jemalloc's thread.arena) to the arena of the
+ * preload heap on its first allocation, so the fast path is jemalloc's own
+ * malloc with its automatic thread cache.  That cache must only ever hold
+ * preload-heap memory, so every other path bypasses it
+ * (MALLOCX_TCACHE_NONE):
+ *  - before the library is ready (allocations from the dynamic loader,
+ *    libc start-up, other constructors, and our own initialisation);
+ *  - while the thread is inside one of rdmalloc's verbs calls (libibverbs
+ *    allocates inside ibv_reg_mr; serving that from our heap could need a
+ *    new chunk and re-enter the registration);
+ *  - frees of memory that is in no chunk (the above).
+ * Memory of the rdma_* heaps keeps its own per-heap caches (alloc.c).
+ * doc/preload.md has the whole story: bootstrap, reentrancy, fork.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "compiler.h"
+#include "fork.h"
+#include "heap.h"
+#include "init.h"
+#include "je.h"
+#include "log.h"
+#include "options.h"
+#include "preload.h"
+#include "regtable.h"
+#include "rdma_malloc.h"
+#include "stats.h"
+#include "verbs.h"
+
+#define PRELOAD_API __attribute__((visibility("default")))
+
+static struct rdmalloc_heap *pheap;
+static unsigned parena;
+static atomic_int ready;
+static RDMALLOC_TLS int tl_bound; /* 1 bound, -1 binding failed */
+
+struct rdmalloc_heap *rdmalloc_preload_heap(void)
+{
+	return atomic_load_explicit(&ready, memory_order_acquire) ? pheap : NULL;
+}
+
+__attribute__((constructor(101))) static void preload_init(void)
+{
+	rdmalloc_init();
+	struct rdma_heap_attr attr = { .access = rdmalloc_opts.preload_access };
+	rdma_heap_t *h = rdma_heap_create(&attr);
+	if (!h) {
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot create the LD_PRELOAD heap: %s; "
+			     "this program's mallocs get unregistered memory", strerror(errno));
+		STAT_INC(fallbacks);
+		return;
+	}
+	pheap = (struct rdmalloc_heap *)h;
+	parena = rdmalloc_heap_arena(pheap);
+	atomic_store_explicit(&ready, 1, memory_order_release);
+}
+
+/* Bind this thread to the preload arena: 1 when it is, 0 when not (yet). */
+static __attribute__((noinline)) int bind_thread(void)
+{
+	if (tl_bound || rdmalloc_tl_in_verbs || !atomic_load_explicit(&ready, memory_order_acquire))
+		return tl_bound > 0;
+	unsigned a = parena;
+	if (je_mallctl("thread.arena", NULL, NULL, &a, sizeof(a)) == 0) {
+		tl_bound = 1;
+		return 1;
+	}
+	tl_bound = -1;
+	STAT_INC(fallbacks);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot bind a thread to the preload arena; its "
+			  "mallocs get unregistered memory (counted in fallbacks)");
+	return 0;
+}
+
+static inline int fast(void)
+{
+	return likely(tl_bound > 0 && !rdmalloc_tl_in_verbs);
+}
+
+static inline int ready_thread(void)
+{
+	return fast() || bind_thread();
+}
+
+/* Every allocation but the fast path of malloc/calloc.  The very first
+ * allocation of the process comes here, before jemalloc initialises: our
+ * inner fork handler must be registered before jemalloc's (fork.c). */
+static void *alloc_any(size_t size, size_t align, int zero)
+{
+	rdmalloc_fork_register_inner();
+	int flags = (align ? MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
+	if (!ready_thread() || rdmalloc_tl_in_verbs)
+		flags |= MALLOCX_TCACHE_NONE;
+	void *p = je_mallocx(size ? size : 1, flags);
+	if (!p)
+		errno = ENOMEM;
+	return p;
+}
+
+PRELOAD_API void *malloc(size_t size)
+{
+	if (likely(fast()))
+		return je_malloc(size);
+	return alloc_any(size, 0, 0);
+}
+
+PRELOAD_API void *calloc(size_t n, size_t size)
+{
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (likely(fast()))
+		return je_calloc(1, total);
+	return alloc_any(total, 0, 1);
+}
+
+PRELOAD_API void free(void *p)
+{
+	if (!p)
+		return;
+	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
+	if (likely(c && c->heap == pheap))
+		je_free(p); /* preload memory: the automatic cache may hold it */
+	else if (c)
+		je_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
+	else
+		je_dallocx(p, MALLOCX_TCACHE_NONE); /* unregistered jemalloc memory */
+}
+
+PRELOAD_API void cfree(void *p)
+{
+	free(p);
+}
+
+static size_t usable(void *p)
+{
+	return je_malloc_usable_size(p);
+}
+
+PRELOAD_API void *realloc(void *p, size_t size)
+{
+	if (!p)
+		return malloc(size);
+	if (size == 0) { /* glibc frees and returns NULL */
+		free(p);
+		return NULL;
+	}
+	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
+	if (likely(c && c->heap == pheap)) {
+		if (likely(fast()))
+			return je_realloc(p, size);
+		void *q = je_rallocx(p, size, MALLOCX_ARENA(parena) | MALLOCX_TCACHE_NONE);
+		if (!q)
+			errno = ENOMEM;
+		return q;
+	}
+	if (c) /* an rdma_* heap: stay in it */
+		return rdma_realloc(p, size);
+	/* Unregistered memory (from before initialisation): move it into the
+	 * registered heap when this thread can allocate there. */
+	if (!ready_thread()) {
+		void *q = je_rallocx(p, size, MALLOCX_TCACHE_NONE);
+		if (!q)
+			errno = ENOMEM;
+		return q;
+	}
+	void *q = malloc(size);
+	if (!q)
+		return NULL;
+	size_t old = usable(p);
+	memcpy(q, p, old < size ? old : size);
+	je_dallocx(p, MALLOCX_TCACHE_NONE);
+	return q;
+}
+
+PRELOAD_API void *reallocarray(void *p, size_t n, size_t size)
+{
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return realloc(p, total);
+}
+
+PRELOAD_API void *aligned_alloc(size_t align, size_t size)
+{
+	if (!is_pow2(align)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return alloc_any(size, align, 0);
+}
+
+PRELOAD_API int posix_memalign(void **out, size_t align, size_t size)
+{
+	if (!is_pow2(align) || align % sizeof(void *))
+		return EINVAL;
+	int saved = errno;
+	void *p = alloc_any(size, align, 0);
+	errno = saved;
+	if (!p)
+		return ENOMEM;
+	*out = p;
+	return 0;
+}
+
+/* glibc's memalign rounds an alignment that is not a power of two up. */
+PRELOAD_API void *memalign(size_t align, size_t size)
+{
+	if (align > SIZE_MAX / 2 + 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	size_t a = 1;
+	while (a < align)
+		a <<= 1;
+	return alloc_any(size, a, 0);
+}
+
+PRELOAD_API void *valloc(size_t size)
+{
+	return alloc_any(size, (size_t)sysconf(_SC_PAGESIZE), 0);
+}
+
+PRELOAD_API void *pvalloc(size_t size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	if (size > SIZE_MAX - page) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return alloc_any(size ? align_up(size, page) : page, page, 0);
+}
+
+PRELOAD_API size_t malloc_usable_size(void *p)
+{
+	return p ? usable(p) : 0;
+}
+
+/* glibc's internal names, used by some programs and by older interposers. */
+PRELOAD_API void *__libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
+PRELOAD_API void *__libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
+PRELOAD_API void *__libc_realloc(void *, size_t) __attribute__((alias("realloc"), copy(realloc)));
+PRELOAD_API void __libc_free(void *) __attribute__((alias("free"), copy(free)));
+PRELOAD_API void *__libc_memalign(size_t, size_t) __attribute__((alias("memalign"), copy(memalign)));
+PRELOAD_API void *__libc_valloc(size_t) __attribute__((alias("valloc"), copy(valloc)));
+PRELOAD_API void *__libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// new.cc - the C++ allocation ABI (every operator new and delete) on the
+// drop-in's malloc: new throws std::bad_alloc after the new_handler loop.
+#include <cerrno>
+#include <cstdlib>
+#include <new>
+
+extern "C" {
+void *malloc(std::size_t);
+void free(void *);
+void *aligned_alloc(std::size_t, std::size_t);
+}
+
+#define PRELOAD_API __attribute__((visibility("default")))
+
+namespace {
+
+void *alloc_or_throw(std::size_t n, std::size_t align)
+{
+	for (;;) {
+		void *p = align ? aligned_alloc(align, n) : malloc(n);
+		if (p)
+			return p;
+		std::new_handler h = std::get_new_handler();
+		if (!h)
+			throw std::bad_alloc();
+		h();
+	}
+}
+
+void *alloc_or_null(std::size_t n, std::size_t align) noexcept
+{
+	try {
+		return alloc_or_throw(n, align);
+	} catch (...) {
+		return nullptr;
+	}
+}
+
+} // namespace
+
+PRELOAD_API void *operator new(std::size_t n) { return alloc_or_throw(n, 0); }
+PRELOAD_API void *operator new[](std::size_t n) { return alloc_or_throw(n, 0); }
+PRELOAD_API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return alloc_or_null(n, 0); }
+PRELOAD_API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return alloc_or_null(n, 0); }
+PRELOAD_API void *operator new(std::size_t n, std::align_val_t a) { return alloc_or_throw(n, static_cast<std::size_t>(a)); }
+PRELOAD_API void *operator new[](std::size_t n, std::align_val_t a) { return alloc_or_throw(n, static_cast<std::size_t>(a)); }
+PRELOAD_API void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
+{
+	return alloc_or_null(n, static_cast<std::size_t>(a));
+}
+PRELOAD_API void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
+{
+	return alloc_or_null(n, static_cast<std::size_t>(a));
+}
+
+PRELOAD_API void operator delete(void *p) noexcept { free(p); }
+PRELOAD_API void operator delete[](void *p) noexcept { free(p); }
+PRELOAD_API void operator delete(void *p, std::size_t) noexcept { free(p); }
+PRELOAD_API void operator delete[](void *p, std::size_t) noexcept { free(p); }
+PRELOAD_API void operator delete(void *p, std::align_val_t) noexcept { free(p); }
+PRELOAD_API void operator delete[](void *p, std::align_val_t) noexcept { free(p); }
+PRELOAD_API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { free(p); }
+PRELOAD_API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { free(p); }
+PRELOAD_API void operator delete(void *p, const std::nothrow_t &) noexcept { free(p); }
+PRELOAD_API void operator delete[](void *p, const std::nothrow_t &) noexcept { free(p); }
+PRELOAD_API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { free(p); }
+PRELOAD_API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { free(p); }
