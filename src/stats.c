@@ -4,27 +4,92 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "compiler.h"
 #include "heap.h"
 #include "init.h"
+#include "log.h"
 #include "pd.h"
 
 struct rdmalloc_counters rdmalloc_counters;
 
-#define STRIPES 16
-static struct stripe {
+/*
+ * Lookups happen on the data path of every thread, so each thread counts
+ * into a block of its own with plain relaxed loads and stores (no locked
+ * instruction, no shared cache line).  Blocks join a list on a thread's first
+ * lookup; at thread exit a block's counts move to the totals and the block
+ * leaves the list.  Readers sum totals and blocks under the list mutex.
+ */
+struct lookup_counts {
 	_Atomic uint64_t ok, failed;
-} __attribute__((aligned(64))) stripes[STRIPES];
+	struct lookup_counts *next, *prev;
+	int listed;
+};
 
-static RDMALLOC_TLS char stripe_anchor;
+static RDMALLOC_TLS struct lookup_counts tl_lookups;
+static pthread_mutex_t lookups_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct lookup_counts *lookups_list;
+static uint64_t lookups_ok_gone, lookups_failed_gone; /* of exited threads */
+static pthread_key_t lookups_key;
+static pthread_once_t lookups_once = PTHREAD_ONCE_INIT;
+
+static void lookups_thread_exit(void *arg)
+{
+	struct lookup_counts *t = arg;
+	pthread_mutex_lock(&lookups_mutex);
+	lookups_ok_gone += atomic_load_explicit(&t->ok, memory_order_relaxed);
+	lookups_failed_gone += atomic_load_explicit(&t->failed, memory_order_relaxed);
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		lookups_list = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	t->listed = 0;
+	pthread_mutex_unlock(&lookups_mutex);
+}
+
+static void lookups_key_create(void)
+{
+	if (pthread_key_create(&lookups_key, lookups_thread_exit))
+		rdmalloc_fatal("pthread_key_create for the lookup counters failed");
+}
+
+static __attribute__((noinline)) void lookups_join(struct lookup_counts *t)
+{
+	pthread_once(&lookups_once, lookups_key_create);
+	pthread_mutex_lock(&lookups_mutex);
+	t->prev = NULL;
+	t->next = lookups_list;
+	if (lookups_list)
+		lookups_list->prev = t;
+	lookups_list = t;
+	t->listed = 1;
+	pthread_mutex_unlock(&lookups_mutex);
+	pthread_setspecific(lookups_key, t);
+}
 
 void rdmalloc_stat_lookup(int ok)
 {
-	/* A thread's TLS block address picks its stripe: no set-up needed. */
-	struct stripe *s = &stripes[((uintptr_t)&stripe_anchor >> 12) % STRIPES];
-	atomic_fetch_add_explicit(ok ? &s->ok : &s->failed, 1, memory_order_relaxed);
+	struct lookup_counts *t = &tl_lookups;
+	if (unlikely(!t->listed))
+		lookups_join(t);
+	_Atomic uint64_t *c = ok ? &t->ok : &t->failed;
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+static void sum_lookups(uint64_t *ok, uint64_t *failed)
+{
+	pthread_mutex_lock(&lookups_mutex);
+	*ok = lookups_ok_gone;
+	*failed = lookups_failed_gone;
+	for (struct lookup_counts *t = lookups_list; t; t = t->next) {
+		*ok += atomic_load_explicit(&t->ok, memory_order_relaxed);
+		*failed += atomic_load_explicit(&t->failed, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&lookups_mutex);
 }
 
 static void snapshot(struct rdma_malloc_stats *st)
@@ -32,10 +97,10 @@ static void snapshot(struct rdma_malloc_stats *st)
 #define LOAD_(name, kind, desc) st->name = atomic_load_explicit(&rdmalloc_counters.name, memory_order_relaxed);
 	RDMA_MALLOC_STATS_FIELDS(LOAD_)
 #undef LOAD_
-	for (int i = 0; i < STRIPES; i++) {
-		st->lookups += atomic_load_explicit(&stripes[i].ok, memory_order_relaxed);
-		st->lookup_failures += atomic_load_explicit(&stripes[i].failed, memory_order_relaxed);
-	}
+	uint64_t ok, failed;
+	sum_lookups(&ok, &failed);
+	st->lookups += ok;
+	st->lookup_failures += failed;
 	/* Derived values are computed here rather than kept in step. */
 	st->pds = (uint64_t)rdmalloc_pd_count();
 	st->unregistered_chunks = st->pds ? 0 : st->chunks;

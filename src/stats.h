@@ -21,8 +21,8 @@ extern struct rdmalloc_counters rdmalloc_counters;
 #define STAT_SUB(name, v) atomic_fetch_sub_explicit(&rdmalloc_counters.name, (uint64_t)(v), memory_order_relaxed)
 #define STAT_INC(name) STAT_ADD(name, 1)
 
-/* Lookups happen on the data path of every thread: they count into striped
- * counters (one cache line per stripe) so that threads do not share a line. */
+/* Lookups happen on the data path of every thread: each thread counts into
+ * its own block, summed when the stats are read (stats.c). */
 void rdmalloc_stat_lookup(int ok);
 
 #endif

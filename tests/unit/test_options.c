@@ -4,6 +4,7 @@
 #include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +195,32 @@ Test(stats, counts_follow_activity)
 	cr_assert_eq(st.registrations, st.chunks);
 	cr_assert_eq(st.registered_bytes, st.chunk_bytes);
 	cr_assert_eq(st.mrs, fake_live_mrs());
+	rdma_free(p);
+}
+
+static void *lookup_100(void *p)
+{
+	for (int i = 0; i < 100; i++)
+		rdma_malloc_keys(p, 1, NULL, NULL, NULL);
+	int x = 0;
+	rdma_malloc_keys(&x, 1, NULL, NULL, NULL);
+	return NULL;
+}
+
+Test(stats, lookups_of_exited_threads_still_count)
+{
+	fake_verbs_install(1);
+	void *p = rdma_malloc(64);
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, lookup_100, p);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	lookup_100(p); /* and this live thread */
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	cr_assert_eq(st.lookups, 500);
+	cr_assert_eq(st.lookup_failures, 5);
 	rdma_free(p);
 }
 
