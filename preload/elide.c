@@ -17,6 +17,7 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "chunk.h"
 #include "heap.h"
@@ -41,6 +42,9 @@ struct elided {
 
 static pthread_mutex_t elided_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct elided *elided_list;
+/* PDs of the program that elision attached: they are detached again when
+ * the program deallocates them, or ibv_dealloc_pd would find them busy. */
+static struct ibv_pd *attached_by_us[RDMA_MALLOC_MAX_PDS];
 
 typedef struct ibv_mr *(*reg_fn)(struct ibv_pd *, void *, size_t, int);
 typedef struct ibv_mr *(*reg_iova_fn)(struct ibv_pd *, void *, size_t, uint64_t, int);
@@ -71,6 +75,15 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	struct ibv_mr *chunk_mr = rdma_malloc_mr(addr, len, pd);
 	if (!chunk_mr && errno == ENODEV) {
 		int err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
+		if (!err) {
+			pthread_mutex_lock(&elided_mutex);
+			for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
+				if (!attached_by_us[i]) {
+					attached_by_us[i] = pd;
+					break;
+				}
+			pthread_mutex_unlock(&elided_mutex);
+		}
 		if (err && err != EEXIST) {
 			rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
 					  "registrations go to libibverbs", strerror(err));
@@ -156,4 +169,36 @@ PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
 	if (!next)
 		next = (dereg_fn)real("ibv_dereg_mr", "IBVERBS_1.1");
 	return next(mr);
+}
+
+typedef int (*dealloc_pd_fn)(struct ibv_pd *);
+
+/* The program deallocates a PD: if elision attached it, detach it first
+ * (its chunk registrations would keep it busy); while elided regions of it
+ * are alive, refuse as libibverbs would with live regions. */
+PRELOAD_API int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	int ours = -1;
+	pthread_mutex_lock(&elided_mutex);
+	for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
+		if (pd && attached_by_us[i] == pd)
+			ours = i;
+	int busy = 0;
+	for (struct elided *e = elided_list; e && ours >= 0; e = e->next)
+		busy |= e->mr.pd == pd;
+	if (ours >= 0 && !busy)
+		attached_by_us[ours] = NULL;
+	pthread_mutex_unlock(&elided_mutex);
+	if (busy)
+		return EBUSY;
+	if (ours >= 0) {
+		int err = rdma_malloc_detach_pd(pd);
+		if (err)
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "detaching the program's PD before ibv_dealloc_pd: %s",
+				     strerror(err));
+	}
+	static dealloc_pd_fn next;
+	if (!next)
+		next = (dealloc_pd_fn)real("ibv_dealloc_pd", "IBVERBS_1.1");
+	return next(pd);
 }

@@ -158,9 +158,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
 	if (likely(c && c->heap == pheap)) {
-		if (likely(fast()))
-			return je_realloc(p, size);
-		void *q = je_rallocx(p, size, MALLOCX_ARENA(parena) | MALLOCX_TCACHE_NONE);
+		void *q = likely(fast()) ? je_realloc(p, size) /* sets no errno */
+					 : je_rallocx(p, size, MALLOCX_ARENA(parena) | MALLOCX_TCACHE_NONE);
 		if (!q)
 			errno = ENOMEM;
 		return q;
