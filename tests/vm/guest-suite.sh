@@ -17,5 +17,11 @@ run "device is up" ibv_devinfo -d rxe0
 run "end-to-end RDMA suite" "$build/tests/e2e/rdmalloc-e2e" --jobs 1
 run "example prints keys" "$build/examples/rdmalloc-keys"
 run "real clients (ibv_rc_pingpong, perftest)" "$here/smoke.sh"
+# The LD_PRELOAD drop-in: the whole allocation ABI at random (lookups must
+# now return real keys), then real clients under `rdmalloc run`, their own
+# ibv_reg_mr calls elided where the heap's access flags allow.
+run "allocation ABI at random under the drop-in" env LD_PRELOAD="$build/preload/librdmalloc-preload.so" \
+	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/abi_random" 300000 4
+run "real clients under the drop-in (elision)" "$build/tests/preload/guest-clients.sh" "$build"
 echo "guest: $passed passed, $failed failed"
 [ "$failed" = 0 ]
