@@ -8,8 +8,9 @@
  *  - the inner handler (chunk_mutex) is registered before jemalloc
  *    initialises (a priority constructor, and the first allocation of the
  *    LD_PRELOAD drop-in), and its prepare runs after jemalloc's;
- *  - the outer handler (heap, PD and cache mutexes) is registered after
- *    jemalloc initialised, and its prepare runs before jemalloc's.
+ *  - the outer handler (heap, PD and cache mutexes) is registered right
+ *    after jemalloc initialised, still at load, and its prepare runs before
+ *    jemalloc's.
  * The child keeps working memory but none of the parent's registrations:
  * they name the parent's pages, and deregistering them through the
  * inherited verbs context would take them from the parent.
@@ -20,6 +21,7 @@
 
 #include "chunk.h"
 #include "heap.h"
+#include "je.h"
 #include "log.h"
 #include "pd.h"
 
@@ -73,8 +75,19 @@ void rdmalloc_fork_register_outer(void)
 	pthread_once(&outer_once, register_outer);
 }
 
-/* Before jemalloc's own constructor (default priority) in this object. */
+/*
+ * At load, before jemalloc's own constructor (default priority) in this
+ * object: the inner handler, then jemalloc's initialisation (which registers
+ * its handlers), then the outer one.  Both are then in place before any
+ * thread can be inside rdmalloc, even while it initialises.  (The drop-in's
+ * first allocation may have come earlier: it registered the inner handler
+ * and initialised jemalloc then, and these calls find both done.)
+ */
 __attribute__((constructor(101))) static void fork_early(void)
 {
 	rdmalloc_fork_register_inner();
+	size_t sz = sizeof(unsigned);
+	unsigned narenas;
+	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
+	rdmalloc_fork_register_outer();
 }
