@@ -38,6 +38,8 @@ extern "C" {
 
 struct ibv_pd;
 struct ibv_mr;
+struct ibv_qp;
+struct ibv_mw;
 
 #define RDMA_MALLOC_VERSION_MAJOR 0
 #define RDMA_MALLOC_VERSION_MINOR 1
@@ -196,18 +198,50 @@ typedef struct rdma_heap rdma_heap_t;
 struct rdma_heap_attr {
 	/** IBV_ACCESS_* flags every chunk of the heap is registered with. */
 	unsigned int access;
-	/** Reserved, must be 0. */
+	/** RDMA_HEAP_* bits below; every other bit must be 0. */
 	unsigned int flags;
 };
+
+/*
+ * Heap flags (doc/modes.md).  Bit 0 is reserved and refused.
+ *
+ * RDMA_HEAP_HUGEPAGES: chunks backed by huge pages, for fewer, larger
+ * translation entries on the NIC: explicit 2 MiB pages (MAP_HUGETLB; 1 GiB
+ * pages for chunks of 1 GiB or more) when the system has free ones, else
+ * transparent huge pages (MADV_HUGEPAGE) on 2 MiB-aligned chunks, else
+ * 4 KiB pages.  Each fallback is logged once and counted in the stats
+ * (hugepage_fallbacks).  A chunk's mapping, and its registration, is
+ * rounded up to whole pages of the size in use; jemalloc uses only the
+ * bytes it asked for.  The default heap gets it from RDMALLOC_HUGEPAGES.
+ *
+ * RDMA_HEAP_MW_BIND: chunks are registered with IBV_ACCESS_MW_BIND as well,
+ * so that memory windows can be bound on them (rdma_malloc_mw_grant()).
+ * Such a heap usually has no remote access flags of its own: peers then
+ * reach its memory only through windows.
+ */
+#define RDMA_HEAP_HUGEPAGES (1u << 1)
+#define RDMA_HEAP_MW_BIND (1u << 2)
+/*
+ * RDMA_HEAP_ODP: chunks registered with IBV_ACCESS_ON_DEMAND (explicit ODP):
+ * the NIC faults pages in through the kernel instead of pinning them, so
+ * the heap may give freed memory back (jemalloc's purging is allowed for
+ * this heap only).  The default PD's device must report ODP for RC with
+ * the operations the heap's access flags allow (ibv_query_device_ex(),
+ * odp_caps), else rdma_heap_create() fails with EOPNOTSUPP.  Implicit ODP
+ * is not offered (doc/modes.md).  Exclusive with RDMA_HEAP_HUGEPAGES.
+ */
+#define RDMA_HEAP_ODP (1u << 3)
 
 #define RDMA_MALLOC_MAX_HEAPS 128
 
 /**
  * rdma_heap_create - a new heap.
  *
- * @attr NULL gives the default heap's access flags.
+ * @attr NULL gives the default heap's access flags (and no flags).
  * Return: the heap, or NULL with errno EINVAL (unknown access bits, remote
- * write or atomic access without LOCAL_WRITE, or flags not 0) or EAGAIN
+ * write or atomic access without LOCAL_WRITE, a flag other than the
+ * RDMA_HEAP_* bits, or ODP with HUGEPAGES), EOPNOTSUPP (RDMA_HEAP_ODP on a
+ * device without RC ODP for the heap's operations) or EAGAIN
  * (RDMA_MALLOC_MAX_HEAPS heaps alive, or jemalloc has no arena left).
  */
 rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
@@ -227,8 +261,12 @@ int rdma_heap_destroy(rdma_heap_t *heap);
 /** rdma_heap_default - the heap rdma_malloc() allocates from. */
 rdma_heap_t *rdma_heap_default(void);
 
-/** rdma_heap_access - the IBV_ACCESS_* flags of @heap (NULL: default). */
+/** rdma_heap_access - the IBV_ACCESS_* flags of @heap (NULL: default);
+ * includes IBV_ACCESS_MW_BIND for an RDMA_HEAP_MW_BIND heap. */
 unsigned int rdma_heap_access(const rdma_heap_t *heap);
+
+/** rdma_heap_flags - the RDMA_HEAP_* flags of @heap (NULL: default). */
+unsigned int rdma_heap_flags(const rdma_heap_t *heap);
 
 void *rdma_heap_malloc(rdma_heap_t *heap, size_t size) RDMA_MALLOC_ATTR_MALLOC
 	RDMA_MALLOC_ATTR_SIZE(2);
@@ -242,6 +280,118 @@ void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 	RDMA_MALLOC_ATTR_SIZE(3) RDMA_MALLOC_ATTR_NODISCARD;
 void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
 	RDMA_MALLOC_ATTR_MALLOC RDMA_MALLOC_ATTR_ALIGN(2) RDMA_MALLOC_ATTR_SIZE(3);
+
+/* ------------------------------------------------------------------------
+ * Re-registration: changing the access flags of a whole heap.
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Called once for each registration (chunk x attached PD) whose keys changed:
+ * the program re-sends the new rkey to its peers.  [@addr, @addr+@len) is
+ * the chunk's region.  It runs on the thread of rdma_heap_set_access(), with
+ * the library's PD lock held: it may look keys up and allocate, but must not
+ * attach or detach PDs, destroy heaps or change access flags.
+ */
+typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr, size_t len,
+					uint32_t old_lkey, uint32_t old_rkey, uint32_t new_lkey,
+					uint32_t new_rkey);
+
+/* rdma_heap_set_access() flag: replace every region (new keys), so that every
+ * rkey a peer holds stops working, instead of changing it in place. */
+#define RDMA_HEAP_SET_ACCESS_NEW_KEYS (1u << 0)
+
+/**
+ * rdma_heap_set_access - register every chunk of @heap (NULL: the default
+ * heap) with every attached PD under new access flags @access, e.g. to
+ * revoke IBV_ACCESS_REMOTE_WRITE from all of its memory at once.
+ *
+ * Each region is changed in place with ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS);
+ * where the device refuses that (or with RDMA_HEAP_SET_ACCESS_NEW_KEYS) a new
+ * region is registered, published and only then is the old one deregistered,
+ * so the lookup never returns a key that was already deregistered.  Once the
+ * call returns, every lookup returns the new keys and every new chunk gets
+ * @access; a lookup made during the call may still return the old keys.
+ * Keys that change are reported through @cb (may be NULL) and bump the heap's
+ * key generation (rdma_heap_key_generation()).  Memory windows bound on a
+ * replaced region die with it.  An RDMA_HEAP_MW_BIND heap keeps MW_BIND.
+ *
+ * Not to be called concurrently with rdma_heap_destroy() of the same heap.
+ * Return: 0; EINVAL (bad @heap, @access as for rdma_heap_create(), unknown
+ * @flags); or the errno of a failed registration: then the chunks already
+ * changed are changed back (best effort; reported too) and the heap keeps
+ * its old flags.
+ */
+int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, unsigned int flags,
+			 rdma_heap_key_change_fn cb, void *ctx);
+
+/**
+ * rdma_heap_key_generation - a counter bumped by every rdma_heap_set_access()
+ * of @heap (NULL: default) that changed at least one key.  A program that
+ * cached keys compares it with the value it saw when it sent them.
+ */
+uint64_t rdma_heap_key_generation(const rdma_heap_t *heap);
+
+/**
+ * rdma_malloc_prefetch - ask the NIC to fault [@ptr, @ptr+@len) of an
+ * RDMA_HEAP_ODP heap in now, for reading (@write 0) or writing, rather than
+ * on first access (ibv_advise_mr(IBV_ADVISE_MR_ADVICE_PREFETCH[_WRITE],
+ * IBV_ADVISE_MR_FLAG_FLUSH): returns once the pages are mapped).
+ * @pd: an attached PD, or NULL for the default PD.
+ * Return: 0; ENOENT/ERANGE/ENODEV as for rdma_malloc_keys(); EINVAL (the
+ * memory's heap is not an ODP heap); or the errno of ibv_advise_mr()
+ * (EOPNOTSUPP where the device has no ODP).
+ */
+int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd *pd, int write);
+
+/* ------------------------------------------------------------------------
+ * Memory windows: remote access to exactly [ptr, ptr+len).
+ *
+ * A chunk's rkey covers the whole chunk.  A memory window covers exactly the
+ * range it is bound to, with its own access rights, and can be revoked
+ * without touching the chunk's registration.  The memory must come from a
+ * heap created with RDMA_HEAP_MW_BIND.  Support: ibv_query_device()'s
+ * device_cap_flags IBV_DEVICE_MEM_WINDOW / IBV_DEVICE_MEM_WINDOW_TYPE_2B
+ * (rxe has both; mlx5 has both).
+ * ------------------------------------------------------------------------ */
+
+/**
+ * rdma_malloc_mw_grant - allocate a memory window of @type (IBV_MW_TYPE_1 or
+ * IBV_MW_TYPE_2) on @qp's PD and bind it to [@ptr, @ptr+@len) with
+ * @access (IBV_ACCESS_REMOTE_READ, _WRITE, _ATOMIC).
+ *
+ * The bind is a work request posted on @qp's send queue (type 1 with
+ * ibv_bind_mw(), type 2 with an IBV_WR_BIND_MW ibv_post_send()), with
+ * @wr_id and @send_flags (e.g. IBV_SEND_SIGNALED): requests posted on @qp
+ * after it see the window bound; the caller polls its completion (a failed
+ * bind always completes with an error).  A type 2 window is usable only by
+ * the peer connected to @qp.  The window's rkey is mw->rkey.
+ * Free or revoke a type 2 window before destroying its QP.
+ * Return: the window, or NULL with errno: EINVAL (NULL @qp, @len 0, bad
+ * @type or @access, or the device refused the bind), ENOENT/ERANGE/ENODEV
+ * as for rdma_malloc_keys() (under @qp's PD), EPERM (the memory's heap lacks
+ * RDMA_HEAP_MW_BIND), EOPNOTSUPP (the device has no memory windows), ENOMEM
+ * (4096 type 1 windows alive), or the errno of the verbs call.
+ */
+struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *ptr, size_t len,
+				    unsigned int access, int type, uint64_t wr_id,
+				    unsigned int send_flags);
+
+/**
+ * rdma_malloc_mw_revoke - post the revocation of @mw on @qp: a local
+ * invalidate of its rkey (type 2; @qp must be the QP it was bound on) or a
+ * bind to zero length (type 1, which also gives it a new rkey).  Requests
+ * posted after it on @qp no longer reach the memory; poll the completion to
+ * know that the peer can no longer.  A type 2 window may then be freed.
+ * Return: 0, EINVAL (NULL argument), or the errno of the verbs call.
+ */
+int rdma_malloc_mw_revoke(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id,
+			  unsigned int send_flags);
+
+/**
+ * rdma_malloc_mw_free - deallocate @mw (ibv_dealloc_mw(); it also ends any
+ * binding).  NULL is a no-op.  Return: 0 or the errno of ibv_dealloc_mw().
+ */
+int rdma_malloc_mw_free(struct ibv_mw *mw);
 
 /* ------------------------------------------------------------------------
  * Statistics.
@@ -271,6 +421,16 @@ void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
 	X(elided_registrations, counter, "ibv_reg_mr calls of the program answered from a chunk (LD_PRELOAD)") \
 	X(passthrough_registrations, counter, "ibv_reg_mr calls of the program passed to libibverbs (LD_PRELOAD)") \
+	X(hugetlb_chunks, gauge, "chunks backed by explicit huge pages (MAP_HUGETLB)") \
+	X(thp_chunks, gauge, "chunks backed by transparent huge pages (MADV_HUGEPAGE)") \
+	X(hugepage_fallbacks, counter, "huge-page chunks that fell back (to THP or 4 KiB pages)") \
+	X(rereg_in_place, counter, "regions changed in place by ibv_rereg_mr")         \
+	X(rereg_replaced, counter, "regions replaced (register new, deregister old) on an access change") \
+	X(key_changes, counter, "registrations whose keys changed on an access change") \
+	X(mws, gauge, "memory windows alive (rdma_malloc_mw_grant)")                \
+	X(mw_binds, counter, "memory-window binds posted")                          \
+	X(mw_revokes, counter, "memory-window revocations posted")                 \
+	X(odp_purges, counter, "purges allowed on ODP heaps (pages given back)")   \
 	X(fallbacks, counter, "fallbacks taken (each also logged once)")
 
 #define RDMA_MALLOC_STATS_VERSION 1

@@ -27,6 +27,7 @@
 
 #include "fault.h"
 #include "heap.h"
+#include "hugepage.h"
 #include "log.h"
 #include "options.h"
 #include "pd.h"
@@ -40,7 +41,8 @@ static struct rdmalloc_chunk *free_descs; /* recycled descriptors */
 static size_t held_bytes;                 /* chunks held or being made, for RDMALLOC_MAX_REGISTERED */
 static _Atomic(struct ibv_pd *) slots[RDMA_MALLOC_MAX_PDS];
 static unsigned reserved;                 /* slots an attach is filling */
-static unsigned long pd_gen;              /* bumped whenever slots change */
+static unsigned long pd_gen;              /* bumped whenever slots (or a heap's access) change */
+_Atomic unsigned rdmalloc_rereg_stamp;
 
 void rdmalloc_chunk_lock(void)
 {
@@ -84,13 +86,13 @@ static void desc_free(struct rdmalloc_chunk *c)
 {
 	c->base = 0;
 	c->size = 0;
+	c->map_size = 0;
 	c->heap = NULL;
 	c->next = free_descs;
 	free_descs = c;
 }
 
-/* Map @size bytes at an address aligned to @align (a power of two). */
-static void *map_aligned(size_t size, size_t align)
+void *rdmalloc_map_aligned(size_t size, size_t align)
 {
 	size_t len = size + align;
 	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_MMAP, NULL, len);
@@ -119,11 +121,14 @@ static void reg_clear(struct rdmalloc_reg *r)
  * and detach are serialised). */
 static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 {
+	unsigned stamp = atomic_load_explicit(&rdmalloc_rereg_stamp, memory_order_acquire);
 	unsigned access = rdmalloc_heap_access_of(c->heap);
-	struct ibv_mr *mr = rdmalloc_reg(pd, (void *)c->base, c->size, access);
+	struct ibv_mr *mr = rdmalloc_reg(pd, (void *)c->base, c->map_size, access);
 	if (!mr)
 		return errno ? errno : ENOMEM;
 	struct rdmalloc_reg *r = &c->reg[slot];
+	r->access = access;
+	r->stamp = stamp;
 	unsigned lkey, rkey;
 	rdmalloc_mr_keys(mr, &lkey, &rkey);
 	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
@@ -139,7 +144,10 @@ static int dereg_slot(struct rdmalloc_chunk *c, unsigned slot)
 	struct rdmalloc_reg *r = &c->reg[slot];
 	struct ibv_mr *mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
 	reg_clear(r);
-	return mr ? rdmalloc_dereg(mr) : 0;
+	int err = mr ? rdmalloc_dereg(mr) : 0;
+	if (err)
+		atomic_store(&c->dereg_failed, 1);
+	return err;
 }
 
 static int dereg_all(struct rdmalloc_chunk *c)
@@ -158,7 +166,7 @@ static int sync_regs(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDMA_MA
 {
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 		struct ibv_pd *have = atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed);
-		if (have == want[s])
+		if (have == want[s] && (!have || c->reg[s].access == rdmalloc_heap_access_of(c->heap)))
 			continue;
 		if (have)
 			dereg_slot(c, s);
@@ -189,9 +197,17 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 		errno = ENOMEM;
 		return NULL;
 	}
+	int huge = (rdmalloc_heap_flags_of(heap) & RDMA_HEAP_HUGEPAGES) != 0;
+	/* What the limit counts: the mapping, which for huge pages is rounded
+	 * up to whole 2 MiB pages (a 1 GiB-page chunk is recounted below). */
+	size_t want = huge ? rdmalloc_huge_round(size, RDMALLOC_PAGES_2M) : size;
+	if (want < size) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	size_t limit = rdmalloc_opts.max_registered;
 	rdmalloc_chunk_lock();
-	if (limit && (size > limit || held_bytes > limit - size)) {
+	if (limit && (want > limit || held_bytes > limit - want)) {
 		rdmalloc_chunk_unlock();
 		STAT_INC(limit_refusals);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN,
@@ -204,20 +220,31 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 	}
 	struct rdmalloc_chunk *c = desc_alloc();
 	if (c)
-		held_bytes += size;
+		held_bytes += want;
 	rdmalloc_chunk_unlock();
 	if (!c) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	int err = ENOMEM;
-	void *p = map_aligned(size, align);
+	size_t map_size = size;
+	int kind = RDMALLOC_PAGES_4K;
+	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_map_aligned(size, align);
 	if (!p) {
 		err = errno ? errno : ENOMEM;
+		map_size = size;
 		goto fail;
 	}
+	if (map_size != want) {
+		rdmalloc_chunk_lock();
+		held_bytes += map_size - want; /* wraps correctly when smaller */
+		rdmalloc_chunk_unlock();
+	}
+	want = map_size;
 	c->base = (uintptr_t)p;
 	c->size = size;
+	c->map_size = map_size;
+	c->page_kind = kind;
 	c->heap = heap;
 	for (;;) {
 		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
@@ -244,16 +271,23 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 			all_chunks->prev = c;
 		all_chunks = c;
 		STAT_INC(chunks);
-		STAT_ADD(chunk_bytes, size);
+		STAT_ADD(chunk_bytes, map_size);
+		rdmalloc_huge_count(kind, 1);
 		rdmalloc_chunk_unlock();
 		return c;
 	}
 fail:
-	dereg_all(c);
-	if (p)
-		munmap(p, size);
+	if (dereg_all(c) == 0) {
+		if (p)
+			munmap(p, map_size);
+	} else {
+		/* A region of it is still registered: the NIC may write these
+		 * pages, so they must never go back to the kernel. */
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
+			     p, map_size);
+	}
 	rdmalloc_chunk_lock();
-	held_bytes -= size;
+	held_bytes -= want;
 	desc_free(c);
 	rdmalloc_chunk_unlock();
 	errno = err;
@@ -272,7 +306,7 @@ static void release(struct rdmalloc_chunk *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	rdmalloc_chunk_unlock();
-	int kept = dereg_all(c) != 0;
+	int kept = dereg_all(c) != 0 || atomic_load(&c->dereg_failed);
 	if (kept) {
 		/* The NIC may still map these pages: unmapping them would let
 		 * the kernel hand them to someone else while a peer can write
@@ -280,12 +314,13 @@ static void release(struct rdmalloc_chunk *c)
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
 			     (void *)c->base, c->size);
 	} else {
-		munmap((void *)c->base, c->size);
+		munmap((void *)c->base, c->map_size);
 	}
 	STAT_SUB(chunks, 1);
-	STAT_SUB(chunk_bytes, c->size);
+	STAT_SUB(chunk_bytes, c->map_size);
+	rdmalloc_huge_count(c->page_kind, -1);
 	rdmalloc_chunk_lock();
-	held_bytes -= c->size;
+	held_bytes -= c->map_size;
 	desc_free(c);
 	rdmalloc_chunk_unlock();
 }
@@ -374,7 +409,8 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 				struct ibv_mr *mr = atomic_load_explicit(&d->reg[s].mr, memory_order_relaxed);
 				reg_clear(&d->reg[s]);
 				rdmalloc_chunk_unlock();
-				rdmalloc_dereg(mr);
+				if (rdmalloc_dereg(mr))
+					atomic_store(&d->dereg_failed, 1);
 				rdmalloc_chunk_lock();
 			}
 			reserved &= ~(1u << s);
@@ -403,12 +439,111 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 		reg_clear(&c->reg[s]);
 		rdmalloc_chunk_unlock();
 		int err = rdmalloc_dereg(mr);
+		if (err)
+			atomic_store(&c->dereg_failed, 1);
 		if (err && !first)
 			first = err;
 		rdmalloc_chunk_lock();
 	}
 	rdmalloc_chunk_unlock();
 	return first;
+}
+
+void rdmalloc_chunks_bump_gen(void)
+{
+	rdmalloc_chunk_lock();
+	pd_gen++;
+	rdmalloc_chunk_unlock();
+}
+
+/* A published registration of @heap still to be changed, or NULL.  Chunk
+ * lock held. */
+static struct rdmalloc_chunk *next_to_rereg(struct rdmalloc_heap *heap, unsigned access, int new_keys,
+					    unsigned stamp, unsigned *slot)
+{
+	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next) {
+		if (c->heap != heap)
+			continue;
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
+			struct rdmalloc_reg *r = &c->reg[s];
+			if (!atomic_load_explicit(&r->pd, memory_order_relaxed))
+				continue;
+			if (r->access != access || (new_keys && r->stamp != stamp)) {
+				*slot = s;
+				return c;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Change one registration.  No lock held; the PD lock keeps the chunk and
+ * its slots alive and ours. */
+static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int new_keys, unsigned stamp,
+		     rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed)
+{
+	struct rdmalloc_reg *r = &c->reg[s];
+	struct ibv_pd *pd = atomic_load_explicit(&r->pd, memory_order_relaxed);
+	struct ibv_mr *old = atomic_load_explicit(&r->mr, memory_order_relaxed);
+	unsigned ol = atomic_load_explicit(&r->lkey, memory_order_relaxed);
+	unsigned ok = atomic_load_explicit(&r->rkey, memory_order_relaxed);
+	unsigned nl, nk;
+	int broken = 0;
+	if (!new_keys) {
+		int err = rdmalloc_rereg_access(old, access, &broken);
+		if (!err) {
+			rdmalloc_mr_keys(old, &nl, &nk);
+			atomic_store_explicit(&r->lkey, nl, memory_order_relaxed);
+			atomic_store_explicit(&r->rkey, nk, memory_order_release);
+			r->access = access;
+			r->stamp = stamp;
+			goto report;
+		}
+		rdmalloc_log_once(RDMALLOC_LOG_INFO, "ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS) refused (%s): "
+				  "regions are replaced instead (new keys)", strerror(err));
+	}
+	/* Register anew, publish the new keys, only then deregister the old
+	 * region: the table never holds a key that is already gone. */
+	struct ibv_mr *mr = rdmalloc_reg(pd, (void *)c->base, c->map_size, access);
+	if (!mr) {
+		int err = errno ? errno : ENOMEM;
+		if (broken)
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "a region of chunk %p is unusable after a failed "
+				     "ibv_rereg_mr and could not be replaced: %s", (void *)c->base, strerror(err));
+		return err;
+	}
+	rdmalloc_mr_keys(mr, &nl, &nk);
+	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
+	atomic_store_explicit(&r->lkey, nl, memory_order_relaxed);
+	atomic_store_explicit(&r->rkey, nk, memory_order_release);
+	r->access = access;
+	r->stamp = stamp;
+	STAT_INC(rereg_replaced);
+	rdmalloc_dereg(old);
+report:
+	if (nl != ol || nk != ok) {
+		STAT_INC(key_changes);
+		(*changed)++;
+		if (cb)
+			cb(ctx, pd, (void *)c->base, c->map_size, ol, ok, nl, nk);
+	}
+	return 0;
+}
+
+int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_keys, unsigned stamp,
+			  rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed)
+{
+	for (;;) {
+		unsigned s = 0;
+		rdmalloc_chunk_lock();
+		struct rdmalloc_chunk *c = next_to_rereg(heap, access, new_keys, stamp, &s);
+		rdmalloc_chunk_unlock();
+		if (!c)
+			return 0;
+		int err = rereg_one(c, s, access, new_keys, stamp, cb, ctx, changed);
+		if (err)
+			return err;
+	}
 }
 
 void rdmalloc_chunks_forget_registrations(void)

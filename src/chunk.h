@@ -21,6 +21,8 @@ struct rdmalloc_reg {
 	_Atomic(struct ibv_pd *) pd;
 	_Atomic(struct ibv_mr *) mr;
 	_Atomic uint32_t lkey, rkey;
+	unsigned access;  /* the flags it was registered with (PD-lock holders and its creator) */
+	unsigned stamp;   /* rdmalloc_rereg_stamp when registered (rereg.c) */
 };
 
 /*
@@ -32,15 +34,22 @@ struct rdmalloc_reg {
  */
 struct rdmalloc_chunk {
 	uintptr_t base;
-	size_t size;
+	size_t size;     /* what jemalloc asked for and uses */
+	size_t map_size; /* mapped and registered: size rounded up to whole pages of page_kind */
+	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
 	struct rdmalloc_heap *heap;
 	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* slot i = attached PD i */
 	size_t destroyed;                             /* bytes handed back by the destroy hook */
+	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
 	struct rdmalloc_chunk *next, *prev;           /* all chunks, under the chunk lock */
 };
 
 #define RDMALLOC_GRANULE_SHIFT 21
 #define RDMALLOC_GRANULE ((size_t)1 << RDMALLOC_GRANULE_SHIFT)
+
+/* Map @size bytes at an address aligned to @align (a power of two); NULL
+ * with errno.  The MMAP fault site. */
+void *rdmalloc_map_aligned(size_t size, size_t align);
 
 /* The leaf lock of chunk.c: never held across verbs calls or allocation. */
 void rdmalloc_chunk_lock(void);
@@ -69,6 +78,23 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd);
 /* Deregister every chunk from @pd and free its slot.  0, ENODEV, or the
  * first errno of a failed deregistration (the PD is detached all the same). */
 int rdmalloc_chunks_detach(struct ibv_pd *pd);
+/*
+ * Re-register every registration of every chunk of @heap under @access
+ * (the heap's access field must already say @access): in place, or (with
+ * @new_keys, or when the device refuses) by registering anew and then
+ * deregistering the old region.  @stamp marks registrations already done.
+ * Reports changed keys through @cb; *@changed counts them.  0 or the errno
+ * of the first failure (what was done is left done: the caller reverts).
+ * The caller holds the PD lock (rdmalloc_pd_lock).
+ */
+int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_keys, unsigned stamp,
+			  rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed);
+/* The registration stamp new registrations get (rereg.c bumps it). */
+extern _Atomic unsigned rdmalloc_rereg_stamp;
+/* Bump the PD generation, so that chunks being created register again
+ * (after a heap's access flags changed). */
+void rdmalloc_chunks_bump_gen(void);
+
 /* In a fork child: forget every registration (they are the parent's). */
 void rdmalloc_chunks_forget_registrations(void);
 

@@ -24,6 +24,7 @@
 
 #include "chunk.h"
 #include "hooks.h"
+#include "odp.h"
 #include "init.h"
 #include "log.h"
 #include "options.h"
@@ -34,7 +35,9 @@
 struct rdmalloc_heap {
 	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
 	unsigned arena;
-	unsigned int access;
+	_Atomic unsigned int access; /* written by rdma_heap_set_access (PD lock) */
+	unsigned int flags;          /* RDMA_HEAP_* */
+	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
 	unsigned slot;
 	uint32_t gen; /* unique per heap lifetime, never 0 */
 };
@@ -47,6 +50,13 @@ static _Atomic(struct rdmalloc_heap *) heaps[RDMA_MALLOC_MAX_HEAPS];
  * handle (a heap destroyed twice) reads valid memory and is refused while
  * its slot stays free. */
 static struct rdmalloc_heap heap_store[RDMA_MALLOC_MAX_HEAPS];
+
+/* Is @h the start of one of heap_store's entries? */
+static int in_store(const struct rdmalloc_heap *h)
+{
+	uintptr_t off = (uintptr_t)h - (uintptr_t)heap_store;
+	return (uintptr_t)h >= (uintptr_t)heap_store && off < sizeof(heap_store) && off % sizeof(*h) == 0;
+}
 static struct rdmalloc_heap *default_heap;
 static uint32_t gen_counter;
 
@@ -82,7 +92,32 @@ struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks)
 
 unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h)
 {
-	return h->access;
+	return atomic_load_explicit(&h->access, memory_order_acquire);
+}
+
+unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h)
+{
+	return h->flags;
+}
+
+void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access)
+{
+	atomic_store_explicit(&h->access, access, memory_order_release);
+}
+
+void rdmalloc_heap_bump_key_gen(struct rdmalloc_heap *h)
+{
+	atomic_fetch_add_explicit(&h->key_gen, 1, memory_order_release);
+}
+
+struct rdmalloc_heap *rdmalloc_heap_live(const rdma_heap_t *heap)
+{
+	const struct rdmalloc_heap *h = (const struct rdmalloc_heap *)heap;
+	if (!h)
+		return default_heap;
+	if (!in_store(h) || atomic_load_explicit(&heaps[h->slot], memory_order_acquire) != h)
+		return NULL;
+	return (struct rdmalloc_heap *)h;
 }
 
 unsigned rdmalloc_heap_arena(const struct rdmalloc_heap *h)
@@ -242,7 +277,7 @@ int rdmalloc_heap_free_flags(struct rdmalloc_heap *h)
 	return tcache_flag(h);
 }
 
-static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
+static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, int *err)
 {
 	pthread_mutex_lock(&heap_mutex);
 	struct rdmalloc_heap *h = NULL;
@@ -256,7 +291,17 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 	h = &heap_store[slot];
 	memset(h, 0, sizeof(*h));
 	h->hooks = rdmalloc_extent_hooks;
-	h->access = access;
+	if (flags & RDMA_HEAP_MW_BIND)
+		access |= IBV_ACCESS_MW_BIND_;
+	if (flags & RDMA_HEAP_ODP) {
+		/* Not pinned: purging gives pages back, and the NIC faults
+		 * them in again (odp.c). */
+		access |= IBV_ACCESS_ON_DEMAND_;
+		h->hooks.purge_lazy = rdmalloc_odp_purge;
+		h->hooks.purge_forced = rdmalloc_odp_purge;
+	}
+	atomic_init(&h->access, access);
+	h->flags = flags;
 	h->slot = slot;
 	if (++gen_counter == 0)
 		++gen_counter;
@@ -265,7 +310,12 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 	 * stays on plain mmap, only data extents come from our chunks (so a
 	 * peer with an rkey can never reach the allocator's bookkeeping). */
 	size_t sz = sizeof(h->arena);
+#ifdef RDMALLOC_MUTATION_METADATA_IN_CHUNKS /* test-only: metadata in registered chunks */
+	extent_hooks_t *with_hooks = &h->hooks;
+	if (je_mallctl("arenas.create", &h->arena, &sz, &with_hooks, sizeof(with_hooks))) {
+#else
 	if (je_mallctl("arenas.create", &h->arena, &sz, NULL, 0)) {
+#endif
 		h = NULL;
 		*err = EAGAIN;
 		goto out;
@@ -276,9 +326,11 @@ static struct rdmalloc_heap *heap_new(unsigned int access, int *err)
 	never = 0;
 #endif
 	size_t grow = rdmalloc_opts.chunk_max;
+	/* An ODP heap keeps jemalloc's decay: its purges are allowed. */
+	int pinned = !(flags & RDMA_HEAP_ODP);
 	if (arena_ctl(h->arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
-	    arena_ctl(h->arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never)) ||
-	    arena_ctl(h->arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never)))
+	    (pinned && arena_ctl(h->arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
+	    (pinned && arena_ctl(h->arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", h->arena);
 	if (grow && arena_ctl(h->arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
 		STAT_INC(fallbacks);
@@ -297,7 +349,7 @@ void rdmalloc_heap_init(unsigned int access)
 	if (e)
 		rdmalloc_fatal("pthread_key_create: %s", strerror(e));
 	int err = 0;
-	default_heap = heap_new(access, &err);
+	default_heap = heap_new(access, rdmalloc_opts.hugepages ? RDMA_HEAP_HUGEPAGES : 0, &err);
 	if (!default_heap)
 		rdmalloc_fatal("cannot create the default heap: %s", strerror(err));
 }
@@ -306,12 +358,21 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 {
 	rdmalloc_init();
 	unsigned int access = attr ? attr->access : rdmalloc_opts.access;
-	if (attr && (attr->flags || !rdmalloc_access_valid(access))) {
+	unsigned int flags = attr ? attr->flags : 0;
+	if (attr && ((flags & ~RDMALLOC_HEAP_FLAGS_ALL) || !rdmalloc_access_valid(access) ||
+		     ((flags & RDMA_HEAP_ODP) && (flags & RDMA_HEAP_HUGEPAGES)))) {
 		errno = EINVAL;
 		return NULL;
 	}
+	if (flags & RDMA_HEAP_ODP) {
+		int e = rdmalloc_odp_check(rdmalloc_pd_default(), access);
+		if (e) {
+			errno = e;
+			return NULL;
+		}
+	}
 	int err = 0;
-	struct rdmalloc_heap *h = heap_new(access, &err);
+	struct rdmalloc_heap *h = heap_new(access, flags, &err);
 	if (!h)
 		errno = err;
 	return (rdma_heap_t *)h;
@@ -321,7 +382,7 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 {
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
 	rdmalloc_init();
-	if (!h || h == default_heap || h < heap_store || h >= heap_store + RDMA_MALLOC_MAX_HEAPS)
+	if (!h || h == default_heap || !in_store(h))
 		return EINVAL;
 	pthread_mutex_lock(&heap_mutex);
 	if (atomic_load_explicit(&heaps[h->slot], memory_order_relaxed) != h) {
@@ -348,6 +409,12 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 	return 0;
 }
 
+void rdmalloc_heap_purge(rdma_heap_t *heap)
+{
+	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
+	arena_ctl(h->arena, "purge", NULL, NULL, NULL, 0);
+}
+
 RDMA_EXPORT rdma_heap_t *rdma_heap_default(void)
 {
 	rdmalloc_init();
@@ -358,5 +425,19 @@ RDMA_EXPORT unsigned int rdma_heap_access(const rdma_heap_t *heap)
 {
 	rdmalloc_init();
 	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
-	return h->access;
+	return rdmalloc_heap_access_of(h);
+}
+
+RDMA_EXPORT unsigned int rdma_heap_flags(const rdma_heap_t *heap)
+{
+	rdmalloc_init();
+	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
+	return h->flags;
+}
+
+RDMA_EXPORT uint64_t rdma_heap_key_generation(const rdma_heap_t *heap)
+{
+	rdmalloc_init();
+	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
+	return atomic_load_explicit(&h->key_gen, memory_order_acquire);
 }

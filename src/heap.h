@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
+#include "rdma_malloc.h"
 
 struct rdmalloc_heap;
 
@@ -16,6 +17,18 @@ void rdmalloc_heap_init(unsigned int access);
 struct rdmalloc_heap *rdmalloc_heap_get_default(void);
 
 unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h);
+/* RDMA_HEAP_* flags; fixed for the heap's life. */
+unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
+#define RDMALLOC_HEAP_FLAGS_ALL (RDMA_HEAP_HUGEPAGES | RDMA_HEAP_MW_BIND | RDMA_HEAP_ODP)
+#define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */
+/* For the tests: arena.<i>.purge of @heap (an ODP heap gives pages back). */
+RDMALLOC_TESTABLE void rdmalloc_heap_purge(rdma_heap_t *heap);
+#define IBV_ACCESS_MW_BIND_ 0x10u /* IBV_ACCESS_MW_BIND, without verbs.h */
+/* rdma_heap_set_access (PD lock held): the flags new registrations get. */
+void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access);
+void rdmalloc_heap_bump_key_gen(struct rdmalloc_heap *h);
+/* @heap if it is a live heap (NULL: the default heap), else NULL. */
+struct rdmalloc_heap *rdmalloc_heap_live(const rdma_heap_t *heap);
 unsigned rdmalloc_heap_count(void);
 uint64_t rdmalloc_heap_live_bytes(void);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -63,5 +64,7 @@ static void init_once(void)
 
 void rdmalloc_init_slow(void)
 {
+	int saved = errno; /* the parsers use errno: callers must not see it */
 	pthread_once(&once, init_once);
+	errno = saved;
 }

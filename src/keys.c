@@ -30,6 +30,18 @@ static inline int lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct 
 	return ENODEV;
 }
 
+#if RDMALLOC_HAVE_MLX5DV_MKEY
+/*
+ * UMR hook point (doc/modes.md, "UMR"): where the headers offer mlx5dv
+ * indirect mkeys, a key spanning several chunks would be looked up here,
+ * after the per-chunk lookup fails with ERANGE: [ptr, ptr+len) crossing a
+ * chunk boundary, answered from a cache of indirect mkeys (mlx5dv_wr_mr_list
+ * over the chunks' regions) keyed by the chunks' first granules.  Nothing is
+ * compiled here: no device of the test bed (rxe) has UMR, and the design
+ * note says why such a key is rarely worth it for an allocator.
+ */
+#endif
+
 RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd)
 {
 	struct rdmalloc_reg *r;

@@ -139,6 +139,19 @@ static int parse_stats(const char *s, int *out)
 	return 0;
 }
 
+int rdmalloc_parse_bool(const char *s, int *out)
+{
+	if (!s)
+		return -1;
+	if (!strcmp(s, "0") || !strcasecmp(s, "off") || !strcasecmp(s, "no") || !strcasecmp(s, "false"))
+		*out = 0;
+	else if (!strcmp(s, "1") || !strcasecmp(s, "on") || !strcasecmp(s, "yes") || !strcasecmp(s, "true"))
+		*out = 1;
+	else
+		return -1;
+	return 0;
+}
+
 static int parse_device(const char *s, char (*out)[RDMALLOC_DEVICE_NAME_MAX])
 {
 	size_t n = strlen(s);
@@ -163,6 +176,7 @@ static int parse_growth(const char *s, size_t *out)
 
 #define parse_size rdmalloc_parse_size
 #define parse_access rdmalloc_parse_access
+#define parse_bool rdmalloc_parse_bool
 
 int rdmalloc_options_parse(struct rdmalloc_options *o, rdmalloc_getenv_fn get)
 {

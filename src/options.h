@@ -28,7 +28,9 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
 	  "most bytes of chunks held at once (0: no limit)")                     \
 	X(STATS, stats, stats, "0",                                              \
-	  "print stats at exit: 0, 1 (text) or json")
+	  "print stats at exit: 0, 1 (text) or json")                            \
+	X(HUGEPAGES, hugepages, bool, "0",                                       \
+	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")
 
 #define RDMALLOC_DEVICE_NAME_MAX 64
 
@@ -40,6 +42,7 @@ struct rdmalloc_options {
 	size_t chunk_max;
 	size_t max_registered;
 	int stats;
+	int hugepages;
 };
 
 typedef const char *(*rdmalloc_getenv_fn)(const char *name);
@@ -54,6 +57,8 @@ RDMALLOC_TESTABLE int rdmalloc_options_parse(struct rdmalloc_options *opts, rdma
 /* Parsers, exposed for the tests and the fuzz target; 0 or -1. */
 RDMALLOC_TESTABLE int rdmalloc_parse_size(const char *s, size_t *out);
 RDMALLOC_TESTABLE int rdmalloc_parse_access(const char *s, unsigned int *out);
+/* 0/1, off/on, no/yes, false/true (any case). */
+RDMALLOC_TESTABLE int rdmalloc_parse_bool(const char *s, int *out);
 
 /* The options in force (parsed at initialisation). */
 extern struct rdmalloc_options rdmalloc_opts;

@@ -82,10 +82,85 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 	return pd;
 }
 
+static int real_rereg_mr(struct ibv_mr *mr, unsigned int access, int *broken)
+{
+	errno = 0;
+	int rc = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, (int)access);
+	*broken = 0;
+	if (rc == 0)
+		return 0;
+	if (rc > 0) /* some providers return an errno value */
+		return rc;
+	/* IBV_REREG_MR_ERR_INPUT and _DONT_FORK_NEW leave the old region valid;
+	 * the command errors leave it unusable. */
+	*broken = rc == IBV_REREG_MR_ERR_CMD || rc == IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW ||
+		  rc == IBV_REREG_MR_ERR_DO_FORK_OLD;
+	return errno ? errno : EINVAL;
+}
+
+static struct ibv_mw *real_alloc_mw(struct ibv_pd *pd, int type)
+{
+	return ibv_alloc_mw(pd, (enum ibv_mw_type)type);
+}
+
+static int real_dealloc_mw(struct ibv_mw *mw)
+{
+	return ibv_dealloc_mw(mw);
+}
+
+static int real_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
+			unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	struct ibv_mw_bind_info info = { .mr = mr, .addr = addr, .length = len, .mw_access_flags = access };
+	if (mw->type == IBV_MW_TYPE_1) {
+		struct ibv_mw_bind b = { .wr_id = wr_id, .send_flags = send_flags, .bind_info = info };
+		return ibv_bind_mw(qp, mw, &b);
+	}
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .opcode = IBV_WR_BIND_MW, .send_flags = send_flags,
+		.bind_mw = { .mw = mw, .rkey = rkey, .bind_info = info },
+	}, *bad = NULL;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static int real_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .opcode = IBV_WR_LOCAL_INV, .send_flags = send_flags,
+		.invalidate_rkey = rkey,
+	}, *bad = NULL;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static int real_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
+{
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof(a));
+	int err = ibv_query_device_ex(pd->context, NULL, &a);
+	if (err)
+		return err;
+	*general = (uint32_t)a.odp_caps.general_caps;
+	*rc = a.odp_caps.per_transport_caps.rc_odp_caps;
+	return 0;
+}
+
+static int real_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = (uint32_t)len, .lkey = lkey };
+	return ibv_advise_mr(pd, (enum ibv_advise_mr_advice)advice, flags, &sge, 1);
+}
+
 static const struct rdmalloc_verbs_ops real_ops = {
 	.reg_mr = real_reg_mr,
 	.dereg_mr = real_dereg_mr,
 	.open_default_pd = real_open_default_pd,
+	.rereg_mr = real_rereg_mr,
+	.alloc_mw = real_alloc_mw,
+	.dealloc_mw = real_dealloc_mw,
+	.bind_mw = real_bind_mw,
+	.local_inv = real_local_inv,
+	.query_odp = real_query_odp,
+	.advise_mr = real_advise_mr,
 };
 
 static const struct rdmalloc_verbs_ops *ops = &real_ops;
@@ -151,6 +226,91 @@ struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t wh
 	struct ibv_pd *pd = ops->open_default_pd(device, why, whylen);
 	rdmalloc_tl_in_verbs--;
 	return pd;
+}
+
+int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
+{
+	*broken = 0;
+	if (!ops->rereg_mr)
+		return EOPNOTSUPP;
+	rdmalloc_tl_in_verbs++;
+	int err = ops->rereg_mr(mr, access, broken);
+	rdmalloc_tl_in_verbs--;
+	if (!err)
+		STAT_INC(rereg_in_place);
+	return err;
+}
+
+struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
+{
+	if (!ops->alloc_mw) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	errno = 0;
+	rdmalloc_tl_in_verbs++;
+	struct ibv_mw *mw = ops->alloc_mw(pd, type);
+	rdmalloc_tl_in_verbs--;
+	if (!mw) {
+		if (!errno)
+			errno = ENOMEM;
+		return NULL;
+	}
+	STAT_INC(mws);
+	return mw;
+}
+
+int rdmalloc_dealloc_mw(struct ibv_mw *mw)
+{
+	if (!ops->dealloc_mw)
+		return EOPNOTSUPP;
+	rdmalloc_tl_in_verbs++;
+	int err = ops->dealloc_mw(mw);
+	rdmalloc_tl_in_verbs--;
+	if (!err)
+		STAT_SUB(mws, 1);
+	return err;
+}
+
+int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
+		     unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	if (!ops->bind_mw)
+		return EOPNOTSUPP;
+	rdmalloc_tl_in_verbs++;
+	int err = ops->bind_mw(qp, mw, mr, addr, len, access, rkey, wr_id, send_flags);
+	rdmalloc_tl_in_verbs--;
+	return err;
+}
+
+int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	if (!ops->local_inv)
+		return EOPNOTSUPP;
+	rdmalloc_tl_in_verbs++;
+	int err = ops->local_inv(qp, rkey, wr_id, send_flags);
+	rdmalloc_tl_in_verbs--;
+	return err;
+}
+
+int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
+{
+	if (!ops->query_odp)
+		return EOPNOTSUPP;
+	rdmalloc_tl_in_verbs++;
+	int err = ops->query_odp(pd, general, rc);
+	rdmalloc_tl_in_verbs--;
+	return err;
+}
+
+int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey)
+{
+	if (!ops->advise_mr)
+		return EOPNOTSUPP;
+	rdmalloc_tl_in_verbs++;
+	int err = ops->advise_mr(pd, advice, flags, addr, len, lkey);
+	rdmalloc_tl_in_verbs--;
+	return err;
 }
 
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey)

@@ -4,11 +4,14 @@
 #define RDMALLOC_VERBS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "compiler.h"
 
 struct ibv_pd;
 struct ibv_mr;
+struct ibv_mw;
+struct ibv_qp;
 
 /*
  * What the allocator needs from verbs.  The real table calls libibverbs; the
@@ -24,6 +27,29 @@ struct rdmalloc_verbs_ops {
 	/* Open the device named @device ("" = first with an active port) and
 	 * allocate a PD on it; NULL with errno and a reason in @why. */
 	struct ibv_pd *(*open_default_pd)(const char *device, char *why, size_t whylen);
+	/*
+	 * The ops below are optional (NULL: EOPNOTSUPP), so that a backend
+	 * written before them keeps working.
+	 */
+	/* ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, ...): 0, or an errno
+	 * value with *@broken set when the region must no longer be used
+	 * (IBV_REREG_MR_ERR_CMD*), clear when the old region is intact. */
+	int (*rereg_mr)(struct ibv_mr *mr, unsigned int access, int *broken);
+	/* ibv_alloc_mw() / ibv_dealloc_mw(). */
+	struct ibv_mw *(*alloc_mw)(struct ibv_pd *pd, int type);
+	int (*dealloc_mw)(struct ibv_mw *mw);
+	/* Post a bind of @mw to [@addr, @addr+@len) of @mr with @access: type 1
+	 * through ibv_bind_mw() (@mr NULL and @len 0: unbind), type 2 as an
+	 * IBV_WR_BIND_MW work request with the new key @rkey.  0 or errno. */
+	int (*bind_mw)(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
+		       unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags);
+	/* Post an IBV_WR_LOCAL_INV of @rkey.  0 or errno. */
+	int (*local_inv)(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags);
+	/* ibv_query_device_ex(@pd's context): odp_caps.general_caps and
+	 * .per_transport_caps.rc_odp_caps.  0 or errno. */
+	int (*query_odp)(struct ibv_pd *pd, uint32_t *general, uint32_t *rc);
+	/* ibv_advise_mr(@pd, @advice, @flags, one SGE).  0 or errno. */
+	int (*advise_mr)(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
 };
 
 /*
@@ -43,6 +69,17 @@ struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 /* Deregister, counting it; 0 or an errno value. */
 int rdmalloc_dereg(struct ibv_mr *mr);
 struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t whylen);
+
+/* Change @mr's access in place (counted); 0 or errno, *@broken as above. */
+int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken);
+/* Memory windows (counted); NULL/errno as the ops. */
+struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type);
+int rdmalloc_dealloc_mw(struct ibv_mw *mw);
+int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
+		     unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags);
+int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags);
+int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc);
+int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
 
 /* lkey/rkey of a region (keeps struct ibv_mr out of the other files). */
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey);

@@ -56,8 +56,43 @@ unsigned long fake_reg_calls(void)
 	return c;
 }
 
+static pthread_mutex_t block_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t block_cv = PTHREAD_COND_INITIALIZER;
+static int block_state; /* 1 armed, 2 a registration waits, 0 released */
+
+void fake_block_next_reg(void)
+{
+	pthread_mutex_lock(&block_mu);
+	block_state = 1;
+	pthread_mutex_unlock(&block_mu);
+}
+
+void fake_wait_blocked(void)
+{
+	pthread_mutex_lock(&block_mu);
+	while (block_state != 2)
+		pthread_cond_wait(&block_cv, &block_mu);
+	pthread_mutex_unlock(&block_mu);
+}
+
+void fake_release_reg(void)
+{
+	pthread_mutex_lock(&block_mu);
+	block_state = 0;
+	pthread_cond_broadcast(&block_cv);
+	pthread_mutex_unlock(&block_mu);
+}
+
 static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
+	pthread_mutex_lock(&block_mu);
+	if (block_state == 1) {
+		block_state = 2;
+		pthread_cond_broadcast(&block_cv);
+		while (block_state == 2)
+			pthread_cond_wait(&block_cv, &block_mu);
+	}
+	pthread_mutex_unlock(&block_mu);
 	if (reenter) {
 		/* libibverbs calloc()s the MR and fork-protection nodes here. */
 		void *p = rdmalloc_probe_malloc(48);
@@ -124,10 +159,232 @@ static struct ibv_pd *fake_open(const char *device, char *why, size_t whylen)
 	return &pds[0];
 }
 
-static const struct rdmalloc_verbs_ops fake_ops = {
+/* ---- re-registration ---- */
+
+static enum fake_rereg_mode rereg_mode;
+static unsigned long rereg_calls;
+
+void fake_set_rereg(enum fake_rereg_mode mode)
+{
+	rereg_mode = mode;
+}
+
+unsigned long fake_rereg_calls(void)
+{
+	return rereg_calls;
+}
+
+static int fake_rereg(struct ibv_mr *mr, unsigned int access, int *broken)
+{
+	pthread_mutex_lock(&mu);
+	rereg_calls++;
+	struct fake_mr_info *m = NULL;
+	for (size_t i = 0; i < FAKE_MAX_MRS && !m; i++)
+		if (live[i].mr == mr)
+			m = &live[i];
+	int err = 0;
+	*broken = 0;
+	if (!m) {
+		err = EINVAL;
+	} else if (rereg_mode == FAKE_REREG_REFUSE) {
+		err = EOPNOTSUPP;
+	} else if (rereg_mode == FAKE_REREG_BROKEN) {
+		err = EIO;
+		*broken = 1;
+		m->access = 0xdead; /* unusable */
+	} else {
+		m->access = access;
+		if (rereg_mode == FAKE_REREG_NEW_KEYS) {
+			mr->lkey = next_key++;
+			mr->rkey = 0x80000000u | next_key++;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+/* ---- memory windows ---- */
+
+#define FAKE_MAX_MWS 64
+static struct fake_mw_info mws[FAKE_MAX_MWS];
+static int no_mw;
+
+void fake_without_mw(int on)
+{
+	no_mw = on;
+}
+
+static struct fake_mw_info *mw_rec(const struct ibv_mw *mw)
+{
+	for (size_t i = 0; i < FAKE_MAX_MWS; i++)
+		if (mws[i].mw && mws[i].mw == mw)
+			return &mws[i];
+	return NULL;
+}
+
+const struct fake_mw_info *fake_mw(const struct ibv_mw *mw)
+{
+	pthread_mutex_lock(&mu);
+	const struct fake_mw_info *r = mw_rec(mw);
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+size_t fake_live_mws(void)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < FAKE_MAX_MWS; i++)
+		n += mws[i].mw != NULL;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access)
+{
+	int ok = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < FAKE_MAX_MWS; i++) {
+		struct fake_mw_info *w = &mws[i];
+		if (w->mw && w->bound && w->mw->rkey == rkey && addr >= w->addr && len <= w->len &&
+		    addr - w->addr <= w->len - len && (w->access & access) == access)
+			ok = 1;
+	}
+	pthread_mutex_unlock(&mu);
+	return ok;
+}
+
+static struct ibv_mw *fake_alloc_mw(struct ibv_pd *pd, int type)
+{
+	if (no_mw) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	pthread_mutex_lock(&mu);
+	size_t i = 0;
+	while (i < FAKE_MAX_MWS && mws[i].mw)
+		i++;
+	if (i == FAKE_MAX_MWS) {
+		pthread_mutex_unlock(&mu);
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct ibv_mw *mw = calloc(1, sizeof(*mw));
+	mw->pd = pd;
+	mw->type = (enum ibv_mw_type)type;
+	mw->rkey = (next_key++ << 8) | 0x11;
+	mws[i] = (struct fake_mw_info){ .mw = mw };
+	pthread_mutex_unlock(&mu);
+	return mw;
+}
+
+static int fake_dealloc_mw(struct ibv_mw *mw)
+{
+	pthread_mutex_lock(&mu);
+	struct fake_mw_info *w = mw_rec(mw);
+	if (w)
+		memset(w, 0, sizeof(*w));
+	pthread_mutex_unlock(&mu);
+	if (!w)
+		return EINVAL;
+	free(mw);
+	return 0;
+}
+
+/* The checks a device makes (IB spec C10-72..75, as rxe does them). */
+static int fake_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
+			unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	(void)wr_id, (void)send_flags;
+	pthread_mutex_lock(&mu);
+	struct fake_mw_info *w = mw_rec(mw);
+	struct fake_mr_info *m = NULL;
+	for (size_t i = 0; mr && i < FAKE_MAX_MRS && !m; i++)
+		if (live[i].mr == mr)
+			m = &live[i];
+	int err = 0;
+	if (!w || (mr && !m) || !mr) /* rxe's provider reads the region's lkey even to unbind */
+		err = EINVAL;
+	else if (m && (m->pd != mw->pd || !(m->access & IBV_ACCESS_MW_BIND)))
+		err = EINVAL;
+	else if (m && (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+		 !(m->access & IBV_ACCESS_LOCAL_WRITE))
+		err = EINVAL;
+	else if (m && (addr < (uintptr_t)m->addr || addr + len > (uintptr_t)m->addr + m->len))
+		err = EINVAL;
+	else if (mw->type == IBV_MW_TYPE_2 && w->bound)
+		err = EINVAL; /* o10-37.2.30: a type 2 window must be invalidated first */
+	if (!err) {
+		*w = (struct fake_mw_info){ .mw = mw, .qp = mw->type == IBV_MW_TYPE_2 ? qp : NULL, .mr = mr,
+					    .addr = addr, .len = len, .access = access, .bound = len != 0 };
+		if (mw->type == IBV_MW_TYPE_1)
+			mw->rkey = ibv_inc_rkey(mw->rkey); /* as ibv_bind_mw's providers do */
+		else if ((rkey & ~0xffu) != (mw->rkey & ~0xffu))
+			err = EINVAL;
+	}
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+static int fake_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	(void)wr_id, (void)send_flags;
+	int err = EINVAL;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < FAKE_MAX_MWS; i++) {
+		struct fake_mw_info *w = &mws[i];
+		if (w->mw && w->mw->rkey == rkey && w->mw->type == IBV_MW_TYPE_2 && w->qp == qp) {
+			w->bound = 0;
+			err = 0;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+/* Default: a device with RC ODP for every operation (as mlx5). */
+static uint32_t odp_general = IBV_ODP_SUPPORT,
+		odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+			 IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+static struct fake_advice advice;
+
+void fake_set_odp(uint32_t general, uint32_t rc)
+{
+	odp_general = general;
+	odp_rc = rc;
+}
+
+struct fake_advice fake_last_advice(void)
+{
+	return advice;
+}
+
+static int fake_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
+{
+	(void)pd;
+	*general = odp_general;
+	*rc = odp_rc;
+	return 0;
+}
+
+static int fake_advise_mr(struct ibv_pd *pd, int adv, uint32_t flags, void *addr, size_t len, uint32_t lkey)
+{
+	(void)pd;
+	advice = (struct fake_advice){ advice.calls + 1, adv, flags, lkey, addr, len };
+	return odp_general ? 0 : EOPNOTSUPP;
+}
+
+static struct rdmalloc_verbs_ops fake_ops = {
 	.reg_mr = fake_reg,
 	.dereg_mr = fake_dereg,
 	.open_default_pd = fake_open,
+	.rereg_mr = fake_rereg,
+	.alloc_mw = fake_alloc_mw,
+	.dealloc_mw = fake_dealloc_mw,
+	.bind_mw = fake_bind_mw,
+	.local_inv = fake_local_inv,
+	.query_odp = fake_query_odp,
+	.advise_mr = fake_advise_mr,
 };
 
 void fake_verbs_install(int with_device)

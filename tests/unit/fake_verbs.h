@@ -44,4 +44,50 @@ const struct fake_mr_info *fake_find(struct ibv_pd *pd, const void *p);
 /* Copy of every live region; returns the count. */
 size_t fake_snapshot(struct fake_mr_info *out, size_t max);
 
+/* ---- re-registration and memory windows (optional backend ops) ---- */
+
+enum fake_rereg_mode {
+	FAKE_REREG_KEEP_KEYS = 0, /* in place, keys unchanged (rxe) */
+	FAKE_REREG_NEW_KEYS,      /* in place, new keys (a driver may) */
+	FAKE_REREG_REFUSE,        /* EOPNOTSUPP, old region intact */
+	FAKE_REREG_BROKEN,        /* command error: the old region is unusable */
+};
+void fake_set_rereg(enum fake_rereg_mode mode);
+unsigned long fake_rereg_calls(void);
+
+struct fake_mw_info {
+	struct ibv_mw *mw;
+	struct ibv_qp *qp;    /* type 2: the QP it is bound on */
+	struct ibv_mr *mr;
+	uint64_t addr;
+	size_t len;
+	unsigned access;
+	int bound;
+};
+/* The fake's record of @mw (NULL if not allocated). */
+const struct fake_mw_info *fake_mw(const struct ibv_mw *mw);
+size_t fake_live_mws(void);
+/* Whether a peer's access of [addr, addr+len) with @rkey and @access would
+ * pass the window checks (the rkey names a bound window covering it). */
+int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access);
+/* Make the next registration wait, inside the backend, until released:
+ * to run something while a chunk is being registered. */
+void fake_block_next_reg(void);
+void fake_wait_blocked(void);
+void fake_release_reg(void);
+
+/* ODP capabilities the fake reports (default: RC ODP for everything), and the last
+ * ibv_advise_mr it was given. */
+void fake_set_odp(uint32_t general, uint32_t rc);
+struct fake_advice {
+	int calls, advice;
+	uint32_t flags, lkey;
+	void *addr;
+	size_t len;
+};
+struct fake_advice fake_last_advice(void);
+
+/* Leave out the memory-window ops (a device without windows). */
+void fake_without_mw(int on);
+
 #endif
