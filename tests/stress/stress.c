@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * stress.c - threads allocate, free, realloc and look up keys in several
- * heaps while PDs are attached and detached, checking the invariants after
- * every step, for a bounded time.  A plain program (not Criterion) so that
- * it also runs under ThreadSanitizer.  Uses the fake verbs backend.
+ * heaps while PDs are attached and detached and a thread of its own creates,
+ * fills and destroys heaps, checking the invariants after every step, for a
+ * bounded time.  A plain program (not Criterion) so that it also runs under
+ * ThreadSanitizer.  Uses the fake verbs backend.
  *
- *   stress [SECONDS] [THREADS]      prints "N passed, M failed"
+ *   stress [SECONDS] [THREADS] [faults]      prints "N passed, M failed"
+ *
+ * "faults" (a -Dfault_injection=true build): ibv_reg_mr, chunk mmap and
+ * ibv_dereg_mr fail at random (1 call in 20, 12 and 15) all the while; an
+ * allocation may then fail, but only with ENOMEM and leaving a realloc'ed
+ * block intact, and every other invariant still holds.
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -19,6 +25,7 @@
 
 #include "chunk.h"
 #include "fake_verbs.h"
+#include "fault.h"
 #include "rdma_malloc.h"
 #include "regtable.h"
 
@@ -26,12 +33,23 @@
 #define SLOTS 64
 
 static rdma_heap_t *heaps[HEAPS];
-static atomic_long ops, violations;
+static atomic_long ops, violations, clean_failures, heap_cycles;
+static int faults; /* random faults injected: allocations may fail with ENOMEM */
 
 static void violation(const char *what, const void *p)
 {
 	if (atomic_fetch_add(&violations, 1) < 10)
 		fprintf(stderr, "stress: invariant broken: %s (%p)\n", what, p);
+}
+
+/* An allocation returned NULL: a violation, unless faults are injected and
+ * errno says ENOMEM. */
+static void alloc_failed(const char *what)
+{
+	if (faults && errno == ENOMEM)
+		atomic_fetch_add_explicit(&clean_failures, 1, memory_order_relaxed);
+	else
+		violation(what, NULL);
 }
 
 static void check(void *p, rdma_heap_t *h, size_t size, unsigned char fill)
@@ -75,9 +93,11 @@ static void *worker(void *argp)
 		size_t size = 1 + (size_t)((x >> 16) % ((x & 0x100) ? 4000 : ((x & 0x200) ? 300000 : 5000000)));
 		unsigned char fill = (unsigned char)(i * 7 + 1);
 		if (p[i] && (x & 0x400)) {
+			errno = 0;
 			void *q = rdma_realloc(p[i], size);
 			if (!q) {
-				violation("realloc failed", p[i]);
+				alloc_failed("realloc failed");
+				check(p[i], heaps[hp[i]], sz[i], fill); /* left intact */
 				continue;
 			}
 			size_t keep = sz[i] < size ? sz[i] : size;
@@ -88,10 +108,11 @@ static void *worker(void *argp)
 			p[i] = q, sz[i] = size;
 		} else {
 			rdma_free(p[i]);
+			errno = 0;
 			p[i] = (x & 0x800) ? rdma_heap_calloc(heaps[h], 1, size)
 					   : rdma_heap_aligned_alloc(heaps[h], (size_t)8 << ((x >> 40) % 10), size);
 			if (!p[i]) {
-				violation("allocation failed", NULL);
+				alloc_failed("allocation failed");
 				continue;
 			}
 			memset(p[i], fill, size);
@@ -102,6 +123,46 @@ static void *worker(void *argp)
 	}
 	for (int i = 0; i < SLOTS; i++)
 		rdma_free(p[i]);
+	return NULL;
+}
+
+/* Heap churn in a thread of its own: create a heap, fill it, check every
+ * block, free some, destroy it with the rest live; again. */
+static void *heap_churner(void *argp)
+{
+	atomic_int *stop = argp;
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+	while (!atomic_load_explicit(stop, memory_order_relaxed)) {
+		unsigned acc = (x & 1) ? IBV_ACCESS_LOCAL_WRITE : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+		rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = acc });
+		if (!h) {
+			violation("rdma_heap_create failed", NULL);
+			break;
+		}
+		void *b[16];
+		size_t n[16];
+		for (int i = 0; i < 16; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			n[i] = 1 + (size_t)(x >> 16) % ((i & 3) ? 5000 : 3000000);
+			errno = 0;
+			b[i] = rdma_heap_malloc(h, n[i]);
+			if (!b[i]) {
+				alloc_failed("allocation in a churned heap failed");
+				continue;
+			}
+			memset(b[i], i + 1, n[i]);
+		}
+		for (int i = 0; i < 16; i++) {
+			if (!b[i])
+				continue;
+			check(b[i], h, n[i], (unsigned char)(i + 1));
+			if (i & 1)
+				rdma_free(b[i]);
+		}
+		if (rdma_heap_destroy(h) != 0)
+			violation("rdma_heap_destroy failed", h);
+		atomic_fetch_add_explicit(&heap_cycles, 1, memory_order_relaxed);
+	}
 	return NULL;
 }
 
@@ -116,7 +177,20 @@ int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 5;
 	int nthreads = argc > 2 ? atoi(argv[2]) : 8;
+	faults = argc > 3 && !strcmp(argv[3], "faults");
 	fake_verbs_install(1);
+#ifdef RDMALLOC_FAULT_INJECTION
+	if (faults) {
+		rdmalloc_fault_arm_random(RDMALLOC_FAULT_REG, 20, 1, 0);
+		rdmalloc_fault_arm_random(RDMALLOC_FAULT_MMAP, 12, 2, 0);
+		rdmalloc_fault_arm_random(RDMALLOC_FAULT_DEREG, 15, 3, 0);
+	}
+#else
+	if (faults) {
+		fprintf(stderr, "stress: \"faults\" needs a -Dfault_injection=true build\n");
+		return 2;
+	}
+#endif
 	heaps[0] = rdma_heap_default();
 	heaps[1] = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
 	heaps[2] = rdma_heap_create(NULL);
@@ -132,6 +206,9 @@ int main(int argc, char **argv)
 		args[i].id = i;
 		pthread_create(&t[i], NULL, worker, &args[i]);
 	}
+	static atomic_int churn_stop;
+	pthread_t churn;
+	pthread_create(&churn, NULL, heap_churner, &churn_stop);
 	long attaches = 0, threads_spawned = 0;
 	double end = now() + seconds;
 	while (now() < end) {
@@ -152,6 +229,14 @@ int main(int argc, char **argv)
 		atomic_store(&args[i].stop, 1);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(t[i], NULL);
+	atomic_store(&churn_stop, 1);
+	pthread_join(churn, NULL);
+	unsigned long injected = 0;
+#ifdef RDMALLOC_FAULT_INJECTION
+	rdmalloc_fault_disarm_all();
+	for (int s = 0; s < RDMALLOC_FAULT_SITES; s++)
+		injected += rdmalloc_fault_injected((enum rdmalloc_fault_site)s);
+#endif
 	int failed = 0;
 	for (int i = 1; i < HEAPS; i++)
 		if (rdma_heap_destroy(heaps[i]) != 0)
@@ -164,8 +249,11 @@ int main(int argc, char **argv)
 		failed++;
 	}
 	long v = atomic_load(&violations);
-	printf("stress: %.1f s, %d threads (+%ld short-lived), %ld operations, %ld PD attach/detach cycles, "
-	       "%ld invariant violations\n", seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, v);
+	printf("stress: %.1f s, %d threads (+%ld short-lived, +1 heap churner), %ld operations, %ld PD "
+	       "attach/detach cycles, %ld heaps created and destroyed, %lu faults injected, %ld allocations "
+	       "failed cleanly, %ld invariant violations\n",
+	       seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, atomic_load(&heap_cycles), injected,
+	       atomic_load(&clean_failures), v);
 	if (v)
 		failed++;
 	printf("%d passed, %d failed\n", failed ? 0 : 1, failed ? 1 : 0);
