@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloc.c - multi-threaded allocation workloads on plain malloc/free/realloc,
+ * to be run under LD_PRELOAD of each allocator (bench/run does).
+ *
+ *   small     each thread replaces random slots of 1024 with 8-256 B blocks
+ *   mixed     the same with 8 B - 64 KiB blocks (80% <= 256 B, 15% <= 4 KiB)
+ *   prodcons  threads in pairs: one mallocs 16 B - 1 KiB blocks and passes
+ *             them through a ring, the other frees them (cross-thread frees)
+ *   realloc   two buffers per thread grow by realloc (x1.5) from 16 B to
+ *             1 MiB, then are freed, again and again
+ *   large     each thread replaces random slots of 8 with 256 KiB - 8 MiB
+ *             blocks and writes one byte per 4 KiB page
+ *
+ * Every block is written to (its first bytes, or every page for "large").
+ * Prints one CSV row: workload, threads, operations, seconds (wall, from a
+ * start barrier to the last thread done), CPU seconds (user + system of the
+ * process over the same span: allocator start-up is left out), CPU ns per
+ * operation, peak RSS, and which library malloc()
+ * resolved to.
+ *
+ *   rdmalloc-bench-alloc WORKLOAD [--threads T] [--scale S] [--header]
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define PROG "bench-alloc"
+
+static double scale = 1.0;
+static pthread_barrier_t barrier;
+static volatile uint64_t sink;
+
+struct worker {
+	int id;
+	uint64_t ops;
+	void *ring; /* prodcons: the pair's ring */
+	pthread_t tid;
+};
+
+static inline size_t scaled(double n)
+{
+	double v = n * scale;
+	return v < 1 ? 1 : (size_t)v;
+}
+
+static inline void touch(void *p, size_t n)
+{
+	memset(p, 0x5a, n < 64 ? n : 64);
+}
+
+static void *w_slots(struct worker *w, size_t nslots, int mixed)
+{
+	uint64_t s = 0x1234567ull * (uint64_t)(w->id + 1);
+	void **slot = calloc(nslots, sizeof(void *));
+	size_t ops = scaled(mixed ? 3000000 : 8000000);
+	pthread_barrier_wait(&barrier);
+	for (size_t i = 0; i < ops; i++) {
+		uint64_t r = bench_rand(&s);
+		size_t k = (size_t)(r % nslots), sz;
+		if (!mixed) {
+			sz = 8 + (size_t)((r >> 20) % 249);
+		} else {
+			unsigned c = (unsigned)((r >> 20) % 100);
+			sz = c < 80 ? bench_log_uniform(&s, 8, 256)
+				    : c < 95 ? bench_log_uniform(&s, 257, 4096)
+					     : bench_log_uniform(&s, 4097, 65536);
+		}
+		free(slot[k]);
+		slot[k] = malloc(sz);
+		if (!slot[k])
+			bench_die(PROG, "malloc(%zu) failed", sz);
+		touch(slot[k], sz);
+	}
+	for (size_t k = 0; k < nslots; k++)
+		free(slot[k]);
+	free(slot);
+	w->ops = ops;
+	return NULL;
+}
+
+#define RING 4096
+struct ring {
+	_Alignas(64) _Atomic size_t head;
+	_Alignas(64) _Atomic size_t tail;
+	_Alignas(64) void *slot[RING];
+};
+
+static void *w_prodcons(struct worker *w)
+{
+	struct ring *q = w->ring;
+	size_t ops = scaled(3000000);
+	uint64_t s = 0x7654321ull * (uint64_t)(w->id + 1);
+	pthread_barrier_wait(&barrier);
+	if (w->id % 2 == 0) { /* producer */
+		for (size_t i = 0; i < ops; i++) {
+			size_t sz = bench_log_uniform(&s, 16, 1024);
+			void *p = malloc(sz);
+			if (!p)
+				bench_die(PROG, "malloc(%zu) failed", sz);
+			touch(p, sz);
+			size_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
+			unsigned spins = 0;
+			while (h - atomic_load_explicit(&q->tail, memory_order_acquire) == RING)
+				if (++spins % 64 == 0)
+					sched_yield();
+			q->slot[h % RING] = p;
+			atomic_store_explicit(&q->head, h + 1, memory_order_release);
+		}
+	} else { /* consumer */
+		for (size_t i = 0; i < ops; i++) {
+			size_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
+			unsigned spins = 0;
+			while (atomic_load_explicit(&q->head, memory_order_acquire) == t)
+				if (++spins % 64 == 0)
+					sched_yield();
+			void *p = q->slot[t % RING];
+			atomic_store_explicit(&q->tail, t + 1, memory_order_release);
+			sink += *(unsigned char *)p;
+			free(p);
+		}
+	}
+	w->ops = ops;
+	return NULL;
+}
+
+static void *w_realloc(struct worker *w)
+{
+	size_t rounds = scaled(3000), ops = 0;
+	pthread_barrier_wait(&barrier);
+	for (size_t r = 0; r < rounds; r++) {
+		char *a = NULL, *b = NULL;
+		size_t na = 16, nb = 24;
+		while (na <= (1u << 20) || nb <= (1u << 20)) {
+			if (na <= (1u << 20)) {
+				char *x = realloc(a, na);
+				if (!x)
+					bench_die(PROG, "realloc(%zu) failed", na);
+				a = x;
+				a[na - 1] = 1;
+				na += na / 2;
+				ops++;
+			}
+			if (nb <= (1u << 20)) {
+				char *x = realloc(b, nb);
+				if (!x)
+					bench_die(PROG, "realloc(%zu) failed", nb);
+				b = x;
+				b[nb - 1] = 1;
+				nb += nb / 2;
+				ops++;
+			}
+		}
+		free(a);
+		free(b);
+		ops += 2;
+	}
+	w->ops = ops;
+	return NULL;
+}
+
+static void *w_large(struct worker *w)
+{
+	uint64_t s = 0xabcdefull * (uint64_t)(w->id + 1);
+	enum { NSLOTS = 8 };
+	void *slot[NSLOTS] = { 0 };
+	size_t ops = scaled(1000);
+	pthread_barrier_wait(&barrier);
+	for (size_t i = 0; i < ops; i++) {
+		size_t k = (size_t)(bench_rand(&s) % NSLOTS);
+		size_t sz = bench_log_uniform(&s, 256 << 10, 8 << 20);
+		free(slot[k]);
+		char *p = malloc(sz);
+		if (!p)
+			bench_die(PROG, "malloc(%zu) failed", sz);
+		for (size_t off = 0; off < sz; off += 4096)
+			p[off] = 1;
+		slot[k] = p;
+	}
+	for (int k = 0; k < NSLOTS; k++)
+		free(slot[k]);
+	w->ops = ops;
+	return NULL;
+}
+
+static const char *workload;
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	if (!strcmp(workload, "small"))
+		return w_slots(w, 1024, 0);
+	if (!strcmp(workload, "mixed"))
+		return w_slots(w, 1024, 1);
+	if (!strcmp(workload, "prodcons"))
+		return w_prodcons(w);
+	if (!strcmp(workload, "realloc"))
+		return w_realloc(w);
+	return w_large(w);
+}
+
+static const char *malloc_library(void)
+{
+	static char name[256];
+	Dl_info info;
+	void *f = dlsym(RTLD_DEFAULT, "malloc");
+	if (!f || !dladdr(f, &info) || !info.dli_fname)
+		return "unknown";
+	const char *slash = strrchr(info.dli_fname, '/');
+	snprintf(name, sizeof(name), "%s", slash ? slash + 1 : info.dli_fname);
+	return name;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || argv[1][0] == '-')
+		bench_die(PROG, "usage: rdmalloc-bench-alloc small|mixed|prodcons|realloc|large "
+				"[--threads T] [--scale S] [--header]");
+	workload = argv[1];
+	if (strcmp(workload, "small") && strcmp(workload, "mixed") && strcmp(workload, "prodcons") &&
+	    strcmp(workload, "realloc") && strcmp(workload, "large"))
+		bench_die(PROG, "unknown workload %s", workload);
+	int threads = (int)bench_opt_long(argc, argv, "--threads", sysconf(_SC_NPROCESSORS_ONLN));
+	scale = bench_opt_double(argc, argv, "--scale", 1.0);
+	if (threads < 1 || threads > 256 || scale <= 0)
+		bench_die(PROG, "bad options");
+	if (!strcmp(workload, "prodcons") && threads % 2)
+		threads++; /* pairs */
+
+	struct worker *w = calloc((size_t)threads, sizeof(*w));
+	struct ring *rings = NULL;
+	if (!strcmp(workload, "prodcons")) {
+		rings = aligned_alloc(64, sizeof(struct ring) * (size_t)(threads / 2));
+		memset(rings, 0, sizeof(struct ring) * (size_t)(threads / 2));
+	}
+	pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
+	for (int t = 0; t < threads; t++) {
+		w[t].id = t;
+		w[t].ring = rings ? &rings[t / 2] : NULL;
+		if (pthread_create(&w[t].tid, NULL, worker_main, &w[t]))
+			bench_die(PROG, "pthread_create failed");
+	}
+	/* The workers wait at the barrier: what was spent so far (loading and
+	 * initialising the allocator, creating threads) is left out. */
+	struct rusage ru0, ru;
+	getrusage(RUSAGE_SELF, &ru0);
+	pthread_barrier_wait(&barrier);
+	uint64_t t0 = bench_now_ns();
+	uint64_t ops = 0;
+	for (int t = 0; t < threads; t++) {
+		pthread_join(w[t].tid, NULL);
+		ops += w[t].ops;
+	}
+	double secs = (double)(bench_now_ns() - t0) / 1e9;
+	getrusage(RUSAGE_SELF, &ru);
+	/* CPU time of the process during the workload: on a shared machine,
+	 * time spent waiting for a CPU is not the allocator's. */
+	double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec - ru0.ru_utime.tv_sec -
+			      ru0.ru_stime.tv_sec) +
+		     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec - ru0.ru_utime.tv_usec -
+			      ru0.ru_stime.tv_usec) / 1e6;
+	if (bench_flag(argc, argv, "--header"))
+		printf("workload,threads,ops,seconds,cpu_seconds,ns_per_op,maxrss_kb,malloc_from\n");
+	printf("%s,%d,%llu,%.6f,%.6f,%.2f,%ld,%s\n", workload, threads, (unsigned long long)ops, secs,
+	       cpu, cpu * 1e9 / (double)ops, ru.ru_maxrss, malloc_library());
+	free(rings);
+	free(w);
+	return 0;
+}
