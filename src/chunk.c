@@ -116,6 +116,29 @@ static void reg_clear(struct rdmalloc_reg *r)
 	atomic_store_explicit(&r->rkey, 0, memory_order_relaxed);
 }
 
+/* Deregister @mr, a region of @c.  A failure leaves the region registered:
+ * the chunk is marked so that it is never unmapped (release()). */
+static int chunk_dereg(struct rdmalloc_chunk *c, struct ibv_mr *mr)
+{
+	int err = mr ? rdmalloc_dereg(mr) : 0;
+	if (err)
+		atomic_store(&c->dereg_failed, 1);
+	return err;
+}
+
+/* Publish @mr (registered with @access under re-registration @stamp) in
+ * @r: its keys, released last for lock-free readers. */
+static void slot_publish(struct rdmalloc_reg *r, struct ibv_mr *mr, unsigned access, unsigned stamp)
+{
+	unsigned lkey, rkey;
+	rdmalloc_mr_keys(mr, &lkey, &rkey);
+	r->access = access;
+	r->stamp = stamp;
+	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
+	atomic_store_explicit(&r->lkey, lkey, memory_order_relaxed);
+	atomic_store_explicit(&r->rkey, rkey, memory_order_release);
+}
+
 /* Register chunk @c in slot @slot.  No lock held: nobody else writes this
  * slot of this chunk meanwhile (creation owns an unpublished chunk; attach
  * and detach are serialised). */
@@ -127,13 +150,7 @@ static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 	if (!mr)
 		return errno ? errno : ENOMEM;
 	struct rdmalloc_reg *r = &c->reg[slot];
-	r->access = access;
-	r->stamp = stamp;
-	unsigned lkey, rkey;
-	rdmalloc_mr_keys(mr, &lkey, &rkey);
-	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
-	atomic_store_explicit(&r->lkey, lkey, memory_order_relaxed);
-	atomic_store_explicit(&r->rkey, rkey, memory_order_relaxed);
+	slot_publish(r, mr, access, stamp);
 	atomic_store_explicit(&r->pd, pd, memory_order_release);
 	return 0;
 }
@@ -144,10 +161,7 @@ static int dereg_slot(struct rdmalloc_chunk *c, unsigned slot)
 	struct rdmalloc_reg *r = &c->reg[slot];
 	struct ibv_mr *mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
 	reg_clear(r);
-	int err = mr ? rdmalloc_dereg(mr) : 0;
-	if (err)
-		atomic_store(&c->dereg_failed, 1);
-	return err;
+	return chunk_dereg(c, mr);
 }
 
 static int dereg_all(struct rdmalloc_chunk *c)
@@ -409,8 +423,7 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 				struct ibv_mr *mr = atomic_load_explicit(&d->reg[s].mr, memory_order_relaxed);
 				reg_clear(&d->reg[s]);
 				rdmalloc_chunk_unlock();
-				if (rdmalloc_dereg(mr))
-					atomic_store(&d->dereg_failed, 1);
+				chunk_dereg(d, mr);
 				rdmalloc_chunk_lock();
 			}
 			reserved &= ~(1u << s);
@@ -438,9 +451,7 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 		struct ibv_mr *mr = atomic_load_explicit(&c->reg[s].mr, memory_order_relaxed);
 		reg_clear(&c->reg[s]);
 		rdmalloc_chunk_unlock();
-		int err = rdmalloc_dereg(mr);
-		if (err)
-			atomic_store(&c->dereg_failed, 1);
+		int err = chunk_dereg(c, mr);
 		if (err && !first)
 			first = err;
 		rdmalloc_chunk_lock();
@@ -492,11 +503,7 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int 
 	if (!new_keys) {
 		int err = rdmalloc_rereg_access(old, access, &broken);
 		if (!err) {
-			rdmalloc_mr_keys(old, &nl, &nk);
-			atomic_store_explicit(&r->lkey, nl, memory_order_relaxed);
-			atomic_store_explicit(&r->rkey, nk, memory_order_release);
-			r->access = access;
-			r->stamp = stamp;
+			slot_publish(r, old, access, stamp);
 			goto report;
 		}
 		rdmalloc_log_once(RDMALLOC_LOG_INFO, "ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS) refused (%s): "
@@ -512,15 +519,11 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int 
 				     "ibv_rereg_mr and could not be replaced: %s", (void *)c->base, strerror(err));
 		return err;
 	}
-	rdmalloc_mr_keys(mr, &nl, &nk);
-	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
-	atomic_store_explicit(&r->lkey, nl, memory_order_relaxed);
-	atomic_store_explicit(&r->rkey, nk, memory_order_release);
-	r->access = access;
-	r->stamp = stamp;
+	slot_publish(r, mr, access, stamp);
 	STAT_INC(rereg_replaced);
-	rdmalloc_dereg(old);
+	chunk_dereg(c, old); /* a failure keeps the chunk mapped */
 report:
+	rdmalloc_mr_keys(atomic_load_explicit(&r->mr, memory_order_relaxed), &nl, &nk);
 	if (nl != ol || nk != ok) {
 		STAT_INC(key_changes);
 		(*changed)++;

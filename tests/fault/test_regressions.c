@@ -86,6 +86,30 @@ Test(known_bugs, chunk_with_a_region_leaked_by_detach_stays_mapped, .init = cr_r
 }
 
 /*
+ * BUG 5 (src/chunk.c, rereg_one(), found in review): when an access change
+ * replaced a region (new keys) and ibv_dereg_mr of the old region failed,
+ * the old region stayed registered but the chunk kept no trace of it, so
+ * destroying the heap unmapped memory that region still covered: the twin
+ * of bug 3 on the re-registration path.  Fix: every deregistration of a
+ * chunk's region goes through one helper that marks the chunk.
+ */
+Test(known_bugs, chunk_with_a_region_leaked_by_an_access_change_stays_mapped, .init = cr_redirect_stderr)
+{
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, (size_t)4 << 20);
+	cr_assert(p);
+	rdmalloc_fault_arm(RDMALLOC_FAULT_DEREG, 1, 0, 0);
+	cr_assert_eq(rdma_heap_set_access(h, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+					  RDMA_HEAP_SET_ACCESS_NEW_KEYS, NULL, NULL), 0);
+	rdmalloc_fault_disarm_all();
+	fu_check_registered_mapped("after the access change whose deregistration failed");
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	fu_check_registered_mapped("after destroying the heap of a chunk with a leaked region");
+}
+
+/*
  * BUG 4 (src/init.c, rdmalloc_init_slow(); the cause is src/options.c's
  * rdmalloc_parse_size() setting errno = 0 before strtoull): the call that
  * initialises the library changes errno even when it succeeds, against the
