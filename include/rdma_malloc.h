@@ -227,10 +227,23 @@ struct rdma_heap_attr {
  * the heap may give freed memory back (jemalloc's purging is allowed for
  * this heap only).  The default PD's device must report ODP for RC with
  * the operations the heap's access flags allow (ibv_query_device_ex(),
- * odp_caps), else rdma_heap_create() fails with EOPNOTSUPP.  Implicit ODP
- * is not offered (doc/modes.md).  Exclusive with RDMA_HEAP_HUGEPAGES.
+ * odp_caps), else rdma_heap_create() fails with EOPNOTSUPP.  Exclusive
+ * with RDMA_HEAP_HUGEPAGES.
+ *
+ * RDMA_HEAP_ODP_IMPLICIT, given with RDMA_HEAP_ODP: instead of one region
+ * per chunk, every chunk of every such heap shares one implicit ODP region
+ * per PD and access flags, ibv_reg_mr(pd, NULL, SIZE_MAX,
+ * IBV_ACCESS_ON_DEMAND | access), registered with the first chunk and
+ * deregistered with the last: one registration per PD for the whole
+ * process, one lkey for all of it.  That region covers the whole address
+ * space, so its keys reach every byte of the process, not only the heap:
+ * remote access flags are refused (EPERM), here and in
+ * rdma_heap_set_access(); use RDMA_HEAP_ODP for memory peers may reach.
+ * The device must also report IBV_ODP_SUPPORT_IMPLICIT, else EOPNOTSUPP.
+ * Exclusive with RDMA_HEAP_MW_BIND.
  */
 #define RDMA_HEAP_ODP (1u << 3)
+#define RDMA_HEAP_ODP_IMPLICIT (1u << 4)
 
 #define RDMA_MALLOC_MAX_HEAPS 128
 
@@ -240,9 +253,11 @@ struct rdma_heap_attr {
  * @attr NULL gives the default heap's access flags (and no flags).
  * Return: the heap, or NULL with errno EINVAL (unknown access bits, remote
  * write or atomic access without LOCAL_WRITE, a flag other than the
- * RDMA_HEAP_* bits, or ODP with HUGEPAGES), EOPNOTSUPP (RDMA_HEAP_ODP on a
- * device without RC ODP for the heap's operations) or EAGAIN
- * (RDMA_MALLOC_MAX_HEAPS heaps alive, or jemalloc has no arena left).
+ * RDMA_HEAP_* bits, ODP with HUGEPAGES, ODP_IMPLICIT without ODP or with
+ * MW_BIND), EPERM (ODP_IMPLICIT with remote access flags), EOPNOTSUPP
+ * (RDMA_HEAP_ODP on a device without RC ODP for the heap's operations, or
+ * ODP_IMPLICIT without implicit ODP) or EAGAIN (RDMA_MALLOC_MAX_HEAPS
+ * heaps alive, or jemalloc has no arena left).
  */
 rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
 
@@ -314,10 +329,13 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * Keys that change are reported through @cb (may be NULL) and bump the heap's
  * key generation (rdma_heap_key_generation()).  Memory windows bound on a
  * replaced region die with it.  An RDMA_HEAP_MW_BIND heap keeps MW_BIND.
+ * An RDMA_HEAP_ODP_IMPLICIT heap never changes its shared region: its
+ * chunks move to the implicit region of the new flags (new keys).
  *
  * Not to be called concurrently with rdma_heap_destroy() of the same heap.
  * Return: 0; EINVAL (bad @heap, @access as for rdma_heap_create(), unknown
- * @flags); or the errno of a failed registration: then the chunks already
+ * @flags); EPERM (remote access for an RDMA_HEAP_ODP_IMPLICIT heap); or
+ * the errno of a failed registration: then the chunks already
  * changed are changed back (best effort; reported too) and the heap keeps
  * its old flags.
  */

@@ -29,6 +29,7 @@
 #include "heap.h"
 #include "hugepage.h"
 #include "log.h"
+#include "odp.h"
 #include "options.h"
 #include "pd.h"
 #include "regtable.h"
@@ -116,11 +117,28 @@ static void reg_clear(struct rdmalloc_reg *r)
 	atomic_store_explicit(&r->rkey, 0, memory_order_relaxed);
 }
 
-/* Deregister @mr, a region of @c.  A failure leaves the region registered:
- * the chunk is marked so that it is never unmapped (release()). */
+/* Chunks of implicit ODP heaps have no region of their own: they use their
+ * PD's shared one (odp.c). */
+static int implicit_odp(const struct rdmalloc_chunk *c)
+{
+	return (rdmalloc_heap_flags_of(c->heap) & RDMA_HEAP_ODP_IMPLICIT) != 0;
+}
+
+/* A region for @c on @pd with @access: its own, or the shared implicit
+ * one.  NULL with errno. */
+static struct ibv_mr *chunk_reg(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsigned access)
+{
+	if (implicit_odp(c))
+		return rdmalloc_odp_implicit_get(pd, access);
+	return rdmalloc_reg(pd, (void *)c->base, c->map_size, access);
+}
+
+/* Deregister @mr, a region of @c (or give back the shared one).  A failure
+ * leaves the region registered: the chunk is marked so that it is never
+ * unmapped (release()). */
 static int chunk_dereg(struct rdmalloc_chunk *c, struct ibv_mr *mr)
 {
-	int err = mr ? rdmalloc_dereg(mr) : 0;
+	int err = !mr ? 0 : implicit_odp(c) ? rdmalloc_odp_implicit_put(mr) : rdmalloc_dereg(mr);
 	if (err)
 		atomic_store(&c->dereg_failed, 1);
 	return err;
@@ -146,7 +164,7 @@ static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 {
 	unsigned stamp = atomic_load_explicit(&rdmalloc_rereg_stamp, memory_order_acquire);
 	unsigned access = rdmalloc_heap_access_of(c->heap);
-	struct ibv_mr *mr = rdmalloc_reg(pd, (void *)c->base, c->map_size, access);
+	struct ibv_mr *mr = chunk_reg(c, pd, access);
 	if (!mr)
 		return errno ? errno : ENOMEM;
 	struct rdmalloc_reg *r = &c->reg[slot];
@@ -500,7 +518,7 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int 
 	unsigned ok = atomic_load_explicit(&r->rkey, memory_order_relaxed);
 	unsigned nl, nk;
 	int broken = 0;
-	if (!new_keys) {
+	if (!new_keys && !implicit_odp(c)) { /* never change a shared region in place */
 		int err = rdmalloc_rereg_access(old, access, &broken);
 		if (!err) {
 			slot_publish(r, old, access, stamp);
@@ -511,7 +529,7 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int 
 	}
 	/* Register anew, publish the new keys, only then deregister the old
 	 * region: the table never holds a key that is already gone. */
-	struct ibv_mr *mr = rdmalloc_reg(pd, (void *)c->base, c->map_size, access);
+	struct ibv_mr *mr = chunk_reg(c, pd, access);
 	if (!mr) {
 		int err = errno ? errno : ENOMEM;
 		if (broken)
@@ -561,6 +579,7 @@ void rdmalloc_chunks_forget_registrations(void)
 	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
 		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
 			reg_clear(&c->reg[s]);
+	rdmalloc_odp_forget();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
 }

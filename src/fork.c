@@ -3,7 +3,7 @@
  * fork.c - fork(): our locks across it, and the child's registrations.
  *
  * Lock order (doc/design.md): heap_mutex -> pd_mutex -> tc_mutex -> jemalloc's
- * locks -> chunk_mutex.  pthread_atfork runs prepare handlers in reverse
+ * locks -> chunk_mutex, odp_mutex (leaves, never held together).  pthread_atfork runs prepare handlers in reverse
  * order of registration, so:
  *  - the inner handler (chunk_mutex) is registered before jemalloc
  *    initialises (a priority constructor, and the first allocation of the
@@ -23,15 +23,18 @@
 #include "heap.h"
 #include "je.h"
 #include "log.h"
+#include "odp.h"
 #include "pd.h"
 
 static void inner_prepare(void)
 {
 	rdmalloc_chunk_lock();
+	rdmalloc_odp_lock();
 }
 
 static void inner_release(void)
 {
+	rdmalloc_odp_unlock();
 	rdmalloc_chunk_unlock();
 }
 

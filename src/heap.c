@@ -360,12 +360,18 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 	unsigned int access = attr ? attr->access : rdmalloc_opts.access;
 	unsigned int flags = attr ? attr->flags : 0;
 	if (attr && ((flags & ~RDMALLOC_HEAP_FLAGS_ALL) || !rdmalloc_access_valid(access) ||
-		     ((flags & RDMA_HEAP_ODP) && (flags & RDMA_HEAP_HUGEPAGES)))) {
+		     ((flags & RDMA_HEAP_ODP) && (flags & RDMA_HEAP_HUGEPAGES)) ||
+		     ((flags & RDMA_HEAP_ODP_IMPLICIT) &&
+		      (!(flags & RDMA_HEAP_ODP) || (flags & RDMA_HEAP_MW_BIND))))) {
 		errno = EINVAL;
 		return NULL;
 	}
+	if ((flags & RDMA_HEAP_ODP_IMPLICIT) && rdmalloc_odp_remote(access)) {
+		errno = EPERM; /* its keys would reach the whole address space */
+		return NULL;
+	}
 	if (flags & RDMA_HEAP_ODP) {
-		int e = rdmalloc_odp_check(rdmalloc_pd_default(), access);
+		int e = rdmalloc_odp_check(rdmalloc_pd_default(), access, (flags & RDMA_HEAP_ODP_IMPLICIT) != 0);
 		if (e) {
 			errno = e;
 			return NULL;

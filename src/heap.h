@@ -19,7 +19,8 @@ struct rdmalloc_heap *rdmalloc_heap_get_default(void);
 unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h);
 /* RDMA_HEAP_* flags; fixed for the heap's life. */
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
-#define RDMALLOC_HEAP_FLAGS_ALL (RDMA_HEAP_HUGEPAGES | RDMA_HEAP_MW_BIND | RDMA_HEAP_ODP)
+#define RDMALLOC_HEAP_FLAGS_ALL \
+	(RDMA_HEAP_HUGEPAGES | RDMA_HEAP_MW_BIND | RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT)
 #define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */
 /* For the tests: arena.<i>.purge of @heap (an ODP heap gives pages back). */
 RDMALLOC_TESTABLE void rdmalloc_heap_purge(rdma_heap_t *heap);

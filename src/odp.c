@@ -7,21 +7,32 @@
  * So the reason every other heap refuses jemalloc's purges (pinned pages
  * the NIC keeps using after MADV_DONTNEED) does not hold: ODP heaps purge.
  * Decommit and dalloc stay refused (chunks stay mapped and registered).
+ *
+ * Implicit ODP heaps share one region per (PD, access) that covers the
+ * whole address space; chunk.c asks for it instead of registering each
+ * chunk, and gives it back instead of deregistering.  The table below
+ * counts its users: chunk x PD slot.  Its lock is a leaf, like the chunk
+ * lock: the registration runs outside it (a chunk is created inside
+ * jemalloc's extent hook, and libibverbs allocates while registering), so
+ * two creators may both register; the loser deregisters its own.
  */
 #include "odp.h"
 
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <sys/mman.h>
 
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
+#include "log.h"
 #include "regtable.h"
 #include "stats.h"
 #include "verbs.h"
 
-int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access)
+int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access, int implicit)
 {
 	if (!pd)
 		return 0;
@@ -38,7 +49,108 @@ int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access)
 		need |= IBV_ODP_SUPPORT_ATOMIC;
 	if (!(general & IBV_ODP_SUPPORT) || (rc & need) != need)
 		return EOPNOTSUPP;
+	if (implicit && !(general & IBV_ODP_SUPPORT_IMPLICIT))
+		return EOPNOTSUPP;
 	return 0;
+}
+
+int rdmalloc_odp_remote(unsigned int access)
+{
+	return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+}
+
+/* (PD, access) pairs: a few heaps' flags on each attachable PD. */
+#define IMPLICIT_MAX (4 * RDMA_MALLOC_MAX_PDS)
+
+static pthread_mutex_t odp_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct implicit {
+	struct ibv_pd *pd;
+	unsigned access;
+	struct ibv_mr *mr; /* NULL: a free entry */
+	unsigned long refs;
+} implicit[IMPLICIT_MAX];
+
+void rdmalloc_odp_lock(void)
+{
+	pthread_mutex_lock(&odp_mutex);
+}
+
+void rdmalloc_odp_unlock(void)
+{
+	pthread_mutex_unlock(&odp_mutex);
+}
+
+/* ODP lock held. */
+static struct implicit *implicit_find(struct ibv_pd *pd, unsigned access)
+{
+	for (size_t i = 0; i < IMPLICIT_MAX; i++)
+		if (implicit[i].mr && implicit[i].pd == pd && implicit[i].access == access)
+			return &implicit[i];
+	return NULL;
+}
+
+struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access)
+{
+	rdmalloc_odp_lock();
+	struct implicit *e = implicit_find(pd, access);
+	if (e) {
+		e->refs++;
+		rdmalloc_odp_unlock();
+		return e->mr;
+	}
+	rdmalloc_odp_unlock();
+	struct ibv_mr *mr = rdmalloc_reg(pd, NULL, SIZE_MAX, access);
+	if (!mr)
+		return NULL;
+	rdmalloc_odp_lock();
+	struct ibv_mr *use = mr;
+	if ((e = implicit_find(pd, access)) != NULL) { /* another creator won */
+		e->refs++;
+		use = e->mr;
+	} else {
+		for (size_t i = 0; i < IMPLICIT_MAX && !e; i++)
+			if (!implicit[i].mr)
+				e = &implicit[i];
+		if (e)
+			*e = (struct implicit){ pd, access, mr, 1 };
+		else
+			use = NULL;
+	}
+	rdmalloc_odp_unlock();
+	if (use != mr) {
+		int err = rdmalloc_dereg(mr);
+		if (!use) {
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "more than %d implicit ODP regions (PD x access flags)",
+				     IMPLICIT_MAX);
+			errno = err ? err : ENOSPC;
+			return NULL;
+		}
+	}
+	return use;
+}
+
+int rdmalloc_odp_implicit_put(struct ibv_mr *mr)
+{
+	rdmalloc_odp_lock();
+	struct implicit *e = NULL;
+	for (size_t i = 0; i < IMPLICIT_MAX && !e; i++)
+		if (implicit[i].mr == mr)
+			e = &implicit[i];
+	if (!e) {
+		rdmalloc_odp_unlock();
+		rdmalloc_fatal("implicit ODP region %p is not ours", (void *)mr);
+	}
+	int last = --e->refs == 0;
+	if (last)
+		*e = (struct implicit){ 0 };
+	rdmalloc_odp_unlock();
+	return last ? rdmalloc_dereg(mr) : 0;
+}
+
+void rdmalloc_odp_forget(void)
+{
+	for (size_t i = 0; i < IMPLICIT_MAX; i++)
+		implicit[i] = (struct implicit){ 0 };
 }
 
 bool rdmalloc_odp_purge(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,

@@ -11,9 +11,29 @@
 struct ibv_pd;
 
 /* 0 when @pd's device can register an ODP heap with @access (RC ODP with
- * the operations @access allows), EOPNOTSUPP or the query's errno else.
- * A NULL @pd (no device) is 0: nothing will be registered. */
-int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access);
+ * the operations @access allows; with @implicit, implicit ODP too),
+ * EOPNOTSUPP or the query's errno else.  A NULL @pd (no device) is 0:
+ * nothing will be registered. */
+int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access, int implicit);
+
+/* Whether @access grants a peer anything (refused for implicit heaps). */
+int rdmalloc_odp_remote(unsigned int access);
+
+/*
+ * Implicit ODP (RDMA_HEAP_ODP_IMPLICIT): one region per (PD, access) for
+ * the whole address space, shared by every chunk of every implicit heap.
+ * get: that region with one more reference, registered on first use; NULL
+ * with errno (ENOSPC when too many (PD, access) pairs are in use).
+ * put: one reference less; the last deregisters it (0 or its errno).
+ * Both take the ODP lock, a leaf never held across a verbs call.
+ */
+struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access);
+int rdmalloc_odp_implicit_put(struct ibv_mr *mr);
+/* fork(): the lock around fork (after the chunk lock), and in the child,
+ * forget the parent's regions (like chunks' registrations). */
+void rdmalloc_odp_lock(void);
+void rdmalloc_odp_unlock(void);
+void rdmalloc_odp_forget(void);
 
 /* The purge hook of ODP heaps: MADV_DONTNEED, allowed because nothing is
  * pinned (the NIC faults the pages in again through the kernel). */

@@ -19,6 +19,7 @@
 #include "heap.h"
 #include "init.h"
 #include "log.h"
+#include "odp.h"
 #include "options.h"
 #include "pd.h"
 
@@ -34,6 +35,10 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	if (!h) {
 		rdmalloc_pd_unlock();
 		return EINVAL;
+	}
+	if ((rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP_IMPLICIT) && rdmalloc_odp_remote(access)) {
+		rdmalloc_pd_unlock();
+		return EPERM; /* the shared region's keys reach the whole address space */
 	}
 	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_MW_BIND)
 		access |= IBV_ACCESS_MW_BIND;

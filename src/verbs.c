@@ -179,6 +179,13 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* What a region counts in registered_bytes: an implicit ODP region (NULL,
+ * SIZE_MAX) stands for no bytes of its own; its chunks count as chunk_bytes. */
+static size_t region_bytes(const void *addr, size_t len)
+{
+	return addr == NULL && len == SIZE_MAX ? 0 : len;
+}
+
 struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	uint64_t t0 = now_ns();
@@ -196,13 +203,13 @@ struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	}
 	STAT_INC(registrations);
 	STAT_INC(mrs);
-	STAT_ADD(registered_bytes, len);
+	STAT_ADD(registered_bytes, region_bytes(addr, len));
 	return mr;
 }
 
 int rdmalloc_dereg(struct ibv_mr *mr)
 {
-	size_t len = mr->length;
+	size_t len = mr->length, bytes = region_bytes(mr->addr, len); /* mr is gone after */
 	int err = rdmalloc_fault_hit(RDMALLOC_FAULT_DEREG, mr->addr, len);
 	rdmalloc_tl_in_verbs++;
 	if (!err)
@@ -216,7 +223,7 @@ int rdmalloc_dereg(struct ibv_mr *mr)
 	}
 	STAT_INC(deregistrations);
 	STAT_SUB(mrs, 1);
-	STAT_SUB(registered_bytes, len);
+	STAT_SUB(registered_bytes, bytes);
 	return 0;
 }
 

@@ -5,7 +5,7 @@
  * then the THP fallback), memory windows of type 1 and 2B (a peer reaches
  * exactly the window, and nothing after revocation), re-registration
  * (revoking REMOTE_WRITE from a whole heap; replacing every key), and the
- * ODP capability check (rxe has no ODP).
+ * ODP capability checks, explicit and implicit (rxe has no ODP).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,4 +431,48 @@ E2E_TEST(odp_capability, 120)
 		cr_assert(rdma_heap_destroy(h) == 0);
 	}
 	rdma_free(plain);
+}
+
+/* Implicit ODP: one region for the whole address space, local access only.
+ * rxe has none: refused cleanly.  Where the device has it, a buffer of the
+ * heap is the local side of an RDMA WRITE and READ (its lkey is the shared
+ * region's), every byte checked. */
+E2E_TEST(odp_implicit_capability, 120)
+{
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof(a));
+	int err = ibv_query_device_ex(e2e.ctx, NULL, &a);
+	cr_assert(err == 0, "ibv_query_device_ex: %s", strerror(err));
+	uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+	int has = (a.odp_caps.general_caps & IBV_ODP_SUPPORT) && (a.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT) &&
+		  (a.odp_caps.per_transport_caps.rc_odp_caps & need) == need;
+	cr_log_info("%s: implicit ODP %s", ibv_get_device_name(e2e.ctx->device), has ? "supported" : "not supported");
+	const unsigned flags = RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT;
+	errno = 0;
+	cr_assert(!rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+							     .flags = flags }) && errno == EPERM,
+		  "implicit ODP heap with remote access: want EPERM");
+	errno = 0;
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .flags = flags });
+	uint8_t *peer = rdma_malloc(256 * KiB);
+	cr_assert(peer);
+	if (!has) {
+		cr_assert(h == NULL && errno == EOPNOTSUPP, "implicit ODP heap on a device without it: %s, want EOPNOTSUPP",
+			  h ? "created" : strerror(errno));
+		cr_assert(stats().heaps == 1, "a refused implicit ODP heap left a heap behind");
+		rdma_through(peer, 256 * KiB, 6002, "a default-heap buffer after a refused implicit ODP heap");
+	} else {
+		cr_assert(h, "implicit ODP heap on a device with implicit ODP: %s", strerror(errno));
+		uint8_t *buf = rdma_heap_malloc(h, 256 * KiB);
+		cr_assert(buf);
+		e2e_fill(buf, 256 * KiB, 6003);
+		E2E_ASSERT_WC_OK(e2e_write(&e2e, peer, buf, 256 * KiB), "RDMA WRITE from an implicit ODP buffer");
+		E2E_ASSERT_PATTERN(peer, 256 * KiB, 6003, "RDMA WRITE from an implicit ODP buffer");
+		memset(buf, 0, 256 * KiB);
+		E2E_ASSERT_WC_OK(e2e_read(&e2e, buf, peer, 256 * KiB), "RDMA READ into an implicit ODP buffer");
+		E2E_ASSERT_PATTERN(buf, 256 * KiB, 6003, "RDMA READ into an implicit ODP buffer");
+		rdma_free(buf);
+		cr_assert(rdma_heap_destroy(h) == 0);
+	}
+	rdma_free(peer);
 }

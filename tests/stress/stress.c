@@ -64,7 +64,8 @@ static void check(void *p, rdma_heap_t *h, size_t size, unsigned char fill)
 	if (rdma_malloc_keys(p, u, NULL, &lkey, &rkey) != 0)
 		violation("no default-PD key for the whole usable size", p);
 	struct ibv_mr *mr = rdma_malloc_mr(p, u, NULL);
-	if (!mr || (char *)p < (char *)mr->addr || (char *)p + u > (char *)mr->addr + mr->length)
+	if (!mr || (uintptr_t)p < (uintptr_t)mr->addr || (uintptr_t)p - (uintptr_t)mr->addr > mr->length ||
+	    mr->length - ((uintptr_t)p - (uintptr_t)mr->addr) < u)
 		violation("region does not cover the allocation", p);
 	/* Attached-PD lookups may race with detach: only ENODEV is allowed. */
 	int e = rdma_malloc_keys(p, u, fake_pd(1), NULL, NULL);
@@ -134,7 +135,10 @@ static void *heap_churner(void *argp)
 	uint64_t x = 0x9E3779B97F4A7C15ull;
 	while (!atomic_load_explicit(stop, memory_order_relaxed)) {
 		unsigned acc = (x & 1) ? IBV_ACCESS_LOCAL_WRITE : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-		rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = acc });
+		/* Every fourth heap an implicit ODP heap: chunks share one region
+		 * per PD, taken and given back while PDs come and go. */
+		unsigned flags = (x & 3) == 1 ? RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT : 0;
+		rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = acc, .flags = flags });
 		if (!h) {
 			violation("rdma_heap_create failed", NULL);
 			break;

@@ -83,6 +83,11 @@ void fake_release_reg(void)
 	pthread_mutex_unlock(&block_mu);
 }
 
+/* Default: a device with RC ODP for every operation, and implicit ODP (as mlx5). */
+static uint32_t odp_general = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
+		odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+			 IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+
 static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	pthread_mutex_lock(&block_mu);
@@ -107,6 +112,14 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* An implicit ODP region (NULL, SIZE_MAX) needs the capability, as on
+	 * mlx5; other devices refuse it. */
+	if (!addr && len == SIZE_MAX &&
+	    (!(access & IBV_ACCESS_ON_DEMAND) || !(odp_general & IBV_ODP_SUPPORT_IMPLICIT))) {
+		pthread_mutex_unlock(&mu);
+		errno = EINVAL;
+		return NULL;
+	}
 	size_t i = 0;
 	while (i < FAKE_MAX_MRS && live[i].mr)
 		i++;
@@ -123,6 +136,8 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 	mr->rkey = 0x80000000u | next_key++;
 	live[i] = (struct fake_mr_info){ mr, pd, addr, len, access };
 	pthread_mutex_unlock(&mu);
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return mr; /* ODP pins nothing */
 	/* Pin: fault every page in, writable, without touching its bytes from
 	 * user space (as get_user_pages does for a real registration). */
 	if (madvise(addr, len, MADV_POPULATE_WRITE) != 0) {
@@ -342,10 +357,7 @@ static int fake_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsi
 	return err;
 }
 
-/* Default: a device with RC ODP for every operation (as mlx5). */
-static uint32_t odp_general = IBV_ODP_SUPPORT,
-		odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-			 IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+
 static struct fake_advice advice;
 
 void fake_set_odp(uint32_t general, uint32_t rc)
@@ -409,8 +421,8 @@ const struct fake_mr_info *fake_find(struct ibv_pd *pd, const void *p)
 	pthread_mutex_lock(&mu);
 	for (size_t i = 0; i < FAKE_MAX_MRS && !r; i++) {
 		const struct fake_mr_info *m = &live[i];
-		if (m->mr && m->pd == pd && (const char *)p >= (const char *)m->addr &&
-		    (const char *)p < (const char *)m->addr + m->len)
+		if (m->mr && m->pd == pd && (uintptr_t)p >= (uintptr_t)m->addr &&
+		    (uintptr_t)p - (uintptr_t)m->addr < m->len)
 			r = m;
 	}
 	pthread_mutex_unlock(&mu);

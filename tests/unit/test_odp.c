@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,4 +142,194 @@ Test(odp, prefetch)
 	cr_assert_eq(rdma_malloc_prefetch(&x, 4, NULL, 0), ENOENT);
 	cr_assert_eq(rdma_malloc_prefetch(p, 100, fake_pd(3), 0), ENODEV);
 	cr_assert_eq(fake_last_advice().calls, 2, "advised although refused");
+}
+
+/* ---- implicit ODP (RDMA_HEAP_ODP_IMPLICIT) ---- */
+
+#define IMPLICIT (RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT)
+
+static rdma_heap_t *implicit_heap(unsigned access)
+{
+	return rdma_heap_create(&(struct rdma_heap_attr){ .access = access, .flags = IMPLICIT });
+}
+
+/* The live implicit regions (NULL, SIZE_MAX) of @pd. */
+static size_t implicit_regions(struct ibv_pd *pd)
+{
+	struct fake_mr_info all[FAKE_MAX_MRS];
+	size_t n = fake_snapshot(all, FAKE_MAX_MRS), k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += all[i].pd == pd && !all[i].addr && all[i].len == SIZE_MAX;
+	return k;
+}
+
+Test(odp, implicit_refusals)
+{
+	/* Without ODP, with MW_BIND, with remote access, on a device without
+	 * implicit ODP: each refused with its errno, nothing registered. */
+	errno = 0;
+	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_ODP_IMPLICIT }));
+	cr_assert_eq(errno, EINVAL);
+	errno = 0;
+	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){ .access = LW,
+								   .flags = IMPLICIT | RDMA_HEAP_MW_BIND }));
+	cr_assert_eq(errno, EINVAL);
+	const unsigned remote[] = { LW | RR, LW | RW, LW | IBV_ACCESS_REMOTE_ATOMIC };
+	for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++) {
+		errno = 0;
+		cr_assert_null(implicit_heap(remote[i]), "remote access 0x%x accepted", remote[i]);
+		cr_assert_eq(errno, EPERM);
+	}
+	fake_set_odp(IBV_ODP_SUPPORT, ALL_RC);
+	errno = 0;
+	cr_assert_null(implicit_heap(LW));
+	cr_assert_eq(errno, EOPNOTSUPP);
+	cr_assert(odp_heap(LW), "explicit ODP refused too: %s", strerror(errno));
+	cr_assert_eq(implicit_regions(fake_pd(0)), 0);
+}
+
+/* Every chunk of every implicit heap shares one region per PD: one
+ * registration, the same keys everywhere, counted once; it goes with the
+ * last chunk. */
+Test(odp, implicit_region_is_shared_and_counted)
+{
+	struct rdma_malloc_stats st0 = stats();
+	rdma_heap_t *a = implicit_heap(LW), *b = implicit_heap(LW);
+	cr_assert(a && b, "%s", strerror(errno));
+	cr_assert_eq(rdma_heap_flags(a), IMPLICIT);
+	cr_assert_eq(rdma_heap_access(a), LW | IBV_ACCESS_ON_DEMAND);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 0, "registered before any chunk");
+	/* Several chunks in each heap (large blocks get chunks of their own). */
+	void *p[6];
+	for (int i = 0; i < 6; i++) {
+		p[i] = rdma_heap_malloc(i % 2 ? b : a, 5 * MiB);
+		cr_assert(p[i]);
+		memset(p[i], i, 5 * MiB);
+	}
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+	const struct fake_mr_info *r = fake_find(fake_pd(0), p[0]);
+	cr_assert(r && !r->addr && r->len == SIZE_MAX);
+	cr_assert_eq(r->access, LW | IBV_ACCESS_ON_DEMAND);
+	struct ibv_mr *mr = rdma_malloc_mr(p[0], 1, NULL);
+	cr_assert_eq(mr, r->mr);
+	for (int i = 0; i < 6; i++) {
+		uint32_t lkey = 0, rkey = 0;
+		cr_assert_eq(rdma_malloc_keys(p[i], 5 * MiB, NULL, &lkey, &rkey), 0);
+		cr_assert_eq(lkey, mr->lkey, "block %d has its own key", i);
+		cr_assert_eq(rdma_malloc_mr(p[i], 5 * MiB, NULL), mr);
+	}
+	/* The lookup still knows the chunks' bounds: past one is ERANGE. */
+	uint32_t lkey, rkey;
+	cr_assert_eq(rdma_malloc_keys(p[0], 1ul << 40, NULL, &lkey, &rkey), ERANGE);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.mrs - st0.mrs, 1, "%lu regions for the implicit heaps", (unsigned long)(st.mrs - st0.mrs));
+	cr_assert_eq(st.registered_bytes, st0.registered_bytes, "the implicit region counted bytes");
+	cr_assert_geq(st.chunk_bytes - st0.chunk_bytes, 6 * 5 * MiB);
+	/* One heap gone: the region stays for the other. */
+	cr_assert_eq(rdma_heap_destroy(a), 0);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+	cr_assert_eq(rdma_malloc_mr(p[1], 1, NULL), mr);
+	cr_assert_eq(rdma_heap_destroy(b), 0);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 0, "the last chunk left its region registered");
+	cr_assert_eq(stats().mrs, st0.mrs);
+}
+
+/* Each attached PD has its own region; detaching releases it. */
+Test(odp, implicit_region_per_pd)
+{
+	rdma_heap_t *h = implicit_heap(LW);
+	char *p = rdma_heap_malloc(h, 100), *q = rdma_heap_malloc(h, 7 * MiB);
+	cr_assert(p && q);
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+	cr_assert_eq(implicit_regions(fake_pd(1)), 1);
+	struct ibv_mr *m0 = rdma_malloc_mr(p, 1, fake_pd(0)), *m1 = rdma_malloc_mr(q, 1, fake_pd(1));
+	cr_assert(m0 && m1 && m0 != m1);
+	cr_assert_eq(m1->pd, fake_pd(1));
+	cr_assert_eq(rdma_malloc_mr(p, 1, fake_pd(1)), m1);
+	/* A chunk made now registers with both. */
+	char *r = rdma_heap_malloc(h, 9 * MiB);
+	cr_assert_eq(rdma_malloc_mr(r, 1, fake_pd(1)), m1);
+	cr_assert_eq(implicit_regions(fake_pd(1)), 1);
+	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(1)), 0);
+	cr_assert_eq(implicit_regions(fake_pd(1)), 0, "detach left the implicit region");
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+}
+
+/* A change of local flags moves the heap to the region of the new flags
+ * (never rereg of the shared one); remote flags are refused. */
+Test(odp, implicit_access_change)
+{
+	rdma_heap_t *h = implicit_heap(LW), *other = implicit_heap(LW);
+	char *p = rdma_heap_malloc(h, 100), *o = rdma_heap_malloc(other, 100);
+	cr_assert(p && o);
+	struct ibv_mr *shared = rdma_malloc_mr(p, 1, NULL);
+	cr_assert_eq(rdma_heap_set_access(h, LW | RR, 0, NULL, NULL), EPERM);
+	cr_assert_eq(rdma_heap_access(h), LW | IBV_ACCESS_ON_DEMAND);
+	unsigned long rereg0 = fake_rereg_calls();
+	cr_assert_eq(rdma_heap_set_access(h, 0, 0, NULL, NULL), 0);
+	cr_assert_eq(fake_rereg_calls(), rereg0, "the shared region was re-registered in place");
+	struct ibv_mr *now = rdma_malloc_mr(p, 1, NULL);
+	cr_assert(now && now != shared);
+	cr_assert_eq(fake_find(fake_pd(0), p)->access & IBV_ACCESS_ON_DEMAND, IBV_ACCESS_ON_DEMAND);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 2, "one region per access flags");
+	cr_assert_eq(rdma_malloc_mr(o, 1, NULL), shared, "the other heap lost its region");
+	/* Back to the same flags as the other heap: one region again. */
+	cr_assert_eq(rdma_heap_set_access(h, LW, 0, NULL, NULL), 0);
+	cr_assert_eq(rdma_malloc_mr(p, 1, NULL), shared);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+}
+
+/* A failed registration of the shared region fails the allocation cleanly
+ * and leaves nothing behind; the next one works. */
+Test(odp, implicit_registration_failure)
+{
+	rdma_heap_t *h = implicit_heap(LW);
+	size_t mrs0 = fake_live_mrs();
+	fake_fail_reg(fake_reg_calls() + 1, 1000);
+	errno = 0;
+	cr_assert_null(rdma_heap_malloc(h, 100));
+	cr_assert_eq(errno, ENOMEM);
+	cr_assert_eq(fake_live_mrs(), mrs0);
+	fake_fail_reg_from(0);
+	char *p = rdma_heap_malloc(h, 100);
+	cr_assert(p, "%s", strerror(errno));
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+}
+
+static rdma_heap_t *race_heap;
+
+static void *alloc_in_race_heap(void *out)
+{
+	*(void **)out = rdma_heap_malloc(race_heap, 100);
+	return NULL;
+}
+
+/* Two chunks registering the first region at once (the registration runs
+ * outside the ODP lock): both register, one region is kept, the other is
+ * deregistered, and both chunks use the kept one. */
+Test(odp, implicit_first_registration_race, .timeout = 60)
+{
+	rdma_heap_t *other = implicit_heap(LW);
+	race_heap = implicit_heap(LW);
+	cr_assert(other && race_heap);
+	size_t mrs0 = fake_live_mrs();
+	void *p = NULL;
+	pthread_t t;
+	fake_block_next_reg();
+	pthread_create(&t, NULL, alloc_in_race_heap, &p);
+	fake_wait_blocked(); /* its chunk is inside ibv_reg_mr(NULL, SIZE_MAX) */
+	char *q = rdma_heap_malloc(other, 100);
+	cr_assert(q);
+	fake_release_reg();
+	pthread_join(t, NULL);
+	cr_assert(p);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1, "both regions kept");
+	cr_assert_eq(fake_live_mrs(), mrs0 + 1);
+	cr_assert_eq(rdma_malloc_mr(p, 1, NULL), rdma_malloc_mr(q, 1, NULL));
+	cr_assert_eq(stats().mrs, fake_live_mrs());
+	cr_assert_eq(rdma_heap_destroy(race_heap), 0);
+	cr_assert_eq(implicit_regions(fake_pd(0)), 1);
+	cr_assert_eq(rdma_heap_destroy(other), 0);
+	cr_assert_eq(fake_live_mrs(), mrs0);
 }
