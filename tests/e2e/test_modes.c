@@ -396,12 +396,20 @@ E2E_TEST(rereg_revoke_remote_write, 120)
 
 /* rxe has no ODP: an ODP heap is refused cleanly (EOPNOTSUPP) and nothing
  * else changes.  On a device with RC ODP the heap must work end to end. */
-E2E_TEST(odp_capability, 120)
+/* The device's extended attributes (odp_caps). */
+static struct ibv_device_attr_ex device_ex(void)
 {
 	struct ibv_device_attr_ex a;
 	memset(&a, 0, sizeof(a));
 	int err = ibv_query_device_ex(e2e.ctx, NULL, &a);
 	cr_assert(err == 0, "ibv_query_device_ex: %s", strerror(err));
+	return a;
+}
+
+E2E_TEST(odp_capability, 120)
+{
+	struct ibv_device_attr_ex a = device_ex();
+	int err;
 	uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
 			IBV_ODP_SUPPORT_READ;
 	int has = (a.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
@@ -439,10 +447,7 @@ E2E_TEST(odp_capability, 120)
  * region's), every byte checked. */
 E2E_TEST(odp_implicit_capability, 120)
 {
-	struct ibv_device_attr_ex a;
-	memset(&a, 0, sizeof(a));
-	int err = ibv_query_device_ex(e2e.ctx, NULL, &a);
-	cr_assert(err == 0, "ibv_query_device_ex: %s", strerror(err));
+	struct ibv_device_attr_ex a = device_ex();
 	uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
 	int has = (a.odp_caps.general_caps & IBV_ODP_SUPPORT) && (a.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT) &&
 		  (a.odp_caps.per_transport_caps.rc_odp_caps & need) == need;
