@@ -2,15 +2,18 @@
 /*
  * fork.c - fork(): our locks across it, and the child's registrations.
  *
- * Lock order (doc/design.md): heap_mutex -> pd_mutex -> tc_mutex -> jemalloc's
- * locks -> chunk_mutex, odp_mutex (leaves, never held together).  pthread_atfork runs prepare handlers in reverse
+ * Lock order (doc/design.md): init_mutex -> heap_mutex -> pd_mutex -> tc_mutex
+ * -> jemalloc's locks -> chunk_mutex, odp_mutex (leaves, never held
+ * together).  pthread_atfork runs prepare handlers in reverse
  * order of registration, so:
- *  - the inner handler (chunk_mutex) is registered before jemalloc
+ *  - the inner handler (chunk and ODP mutexes) is registered before jemalloc
  *    initialises (a priority constructor, and the first allocation of the
  *    LD_PRELOAD drop-in), and its prepare runs after jemalloc's;
- *  - the outer handler (heap, PD and cache mutexes) is registered right
+ *  - the outer handler (init, heap, PD and cache mutexes) is registered right
  *    after jemalloc initialised, still at load, and its prepare runs before
- *    jemalloc's.
+ *    jemalloc's.  It first takes the init mutex: fork() waits for a lazy
+ *    initialisation under way in another thread (init.c), which the child
+ *    could neither finish nor safely run again.
  * The child keeps working memory but none of the parent's registrations:
  * they name the parent's pages, and deregistering them through the
  * inherited verbs context would take them from the parent.
@@ -21,6 +24,7 @@
 
 #include "chunk.h"
 #include "heap.h"
+#include "init.h"
 #include "je.h"
 #include "log.h"
 #include "odp.h"
@@ -40,18 +44,21 @@ static void inner_release(void)
 
 static void outer_prepare(void)
 {
+	rdmalloc_init_lock();
 	rdmalloc_heap_lock_all();
 }
 
 static void outer_parent(void)
 {
 	rdmalloc_heap_unlock_all();
+	rdmalloc_init_unlock();
 }
 
 static void outer_child(void)
 {
 	rdmalloc_heap_unlock_all();
 	rdmalloc_pd_forget();
+	rdmalloc_init_unlock();
 }
 
 static void register_inner(void)

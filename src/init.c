@@ -20,7 +20,12 @@
 #include "rdma_malloc.h"
 
 atomic_int rdmalloc_ready;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+/* Held across the whole initialisation, and by fork() (the outermost lock,
+ * fork.c): no fork happens while a thread initialises.  With pthread_once a
+ * child forked mid-initialisation ran it again from the start (glibc restarts
+ * a once of an older fork generation) and blocked on locks that the
+ * initialising thread held at fork, libibverbs' device-list lock among them. */
+static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *env(const char *name)
 {
@@ -65,6 +70,19 @@ static void init_once(void)
 void rdmalloc_init_slow(void)
 {
 	int saved = errno; /* the parsers use errno: callers must not see it */
-	pthread_once(&once, init_once);
+	pthread_mutex_lock(&init_mutex);
+	if (!atomic_load_explicit(&rdmalloc_ready, memory_order_relaxed))
+		init_once();
+	pthread_mutex_unlock(&init_mutex);
 	errno = saved;
+}
+
+void rdmalloc_init_lock(void)
+{
+	pthread_mutex_lock(&init_mutex);
+}
+
+void rdmalloc_init_unlock(void)
+{
+	pthread_mutex_unlock(&init_mutex);
 }
