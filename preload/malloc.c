@@ -2,8 +2,8 @@
 /*
  * malloc.c - the C allocation ABI of glibc, on a registered heap.
  *
- * Every thread is bound (jemalloc's thread.arena) to the arena of the
- * preload heap on its first allocation, so the fast path is jemalloc's own
+ * Every thread is bound (jemalloc's thread.arena) to one of the arenas of
+ * the preload heap on its first allocation, so the fast path is jemalloc's own
  * malloc with its automatic thread cache.  That cache must only ever hold
  * preload-heap memory, so every other path bypasses it
  * (MALLOCX_TCACHE_NONE):
@@ -39,9 +39,24 @@
 #define PRELOAD_API __attribute__((visibility("default")))
 
 static struct rdmalloc_heap *pheap;
-static unsigned parena;
+static unsigned parena;     /* the heap's first arena */
+static unsigned pnarenas;   /* its arenas, threads bound round-robin */
+static atomic_uint next_arena;
 static atomic_int ready;
-static RDMALLOC_TLS int tl_bound; /* 1 bound, -1 binding failed */
+#define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (verbs.h) */
+/* The preload chunk this thread last freed into: free() of an address in
+ * it needs no table lookup.  Preload chunks are never released (the hooks
+ * refuse dalloc, and rdma_heap_destroy refuses the preload heap), so the
+ * range stays the preload heap's for the life of the process. */
+static RDMALLOC_TLS struct {
+	uintptr_t base;
+	size_t size;
+} tl_chunk;
+
+static inline int in_last_chunk(const void *p)
+{
+	return (uintptr_t)p - tl_chunk.base < tl_chunk.size;
+}
 
 struct rdmalloc_heap *rdmalloc_preload_heap(void)
 {
@@ -61,6 +76,24 @@ __attribute__((constructor(101))) static void preload_init(void)
 	}
 	pheap = (struct rdmalloc_heap *)h;
 	parena = rdmalloc_heap_arena(pheap);
+	/* Its memory is in automatic caches: never to be destroyed. */
+	rdmalloc_heap_set_auto_tcache(pheap);
+	/* Threads are bound round-robin to several arenas, as jemalloc does
+	 * with its own (in one arena they would contend on its locks and
+	 * interleave their extents, so that realloc could rarely grow in
+	 * place).  Each arena grows chunks of its own: RDMALLOC_PRELOAD_ARENAS
+	 * trades that registered memory for speed. */
+	unsigned want = rdmalloc_opts.preload_arenas;
+	if (!want) {
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		want = ncpu < 1 ? 1 : ncpu > RDMALLOC_ARENAS_MAX ? RDMALLOC_ARENAS_MAX : (unsigned)ncpu;
+	}
+	pnarenas = rdmalloc_heap_add_arenas(pheap, want);
+	if (pnarenas < want) {
+		STAT_INC(fallbacks);
+		rdmalloc_log(RDMALLOC_LOG_WARN, "the LD_PRELOAD heap has %u of %u arenas: jemalloc has no more",
+			     pnarenas, want);
+	}
 	atomic_store_explicit(&ready, 1, memory_order_release);
 }
 
@@ -69,7 +102,8 @@ static __attribute__((noinline)) int bind_thread(void)
 {
 	if (tl_bound || rdmalloc_tl_in_verbs || !atomic_load_explicit(&ready, memory_order_acquire))
 		return tl_bound > 0;
-	unsigned a = parena;
+	unsigned i = atomic_fetch_add_explicit(&next_arena, 1, memory_order_relaxed) % pnarenas;
+	unsigned a = rdmalloc_heap_arena_at(pheap, i);
 	if (je_mallctl("thread.arena", NULL, NULL, &a, sizeof(a)) == 0) {
 		tl_bound = 1;
 		return 1;
@@ -81,9 +115,14 @@ static __attribute__((noinline)) int bind_thread(void)
 	return 0;
 }
 
+/* Bound and not inside a verbs call: one 64-bit TLS compare. */
 static inline int fast(void)
 {
-	return likely(tl_bound > 0 && !rdmalloc_tl_in_verbs);
+	static const struct rdmalloc_tl_state want = { .in_verbs = 0, .bound = 1 };
+	uint64_t st, w;
+	memcpy(&st, &rdmalloc_tl, sizeof(st));
+	memcpy(&w, &want, sizeof(w)); /* a constant, whatever the byte order */
+	return likely(st == w);
 }
 
 static inline int ready_thread(void)
@@ -94,7 +133,7 @@ static inline int ready_thread(void)
 /* Every allocation but the fast path of malloc/calloc.  The very first
  * allocation of the process comes here, before jemalloc initialises: our
  * inner fork handler must be registered before jemalloc's (fork.c). */
-static void *alloc_any(size_t size, size_t align, int zero)
+static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int zero)
 {
 	rdmalloc_fork_register_inner();
 	int flags = (align ? MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
@@ -125,17 +164,30 @@ PRELOAD_API void *calloc(size_t n, size_t size)
 	return alloc_any(total, 0, 1);
 }
 
-PRELOAD_API void free(void *p)
+/* free() of anything outside this thread's last preload chunk. */
+static __attribute__((noinline)) void free_slow(void *p)
 {
 	if (!p)
 		return;
 	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
-	if (likely(c && c->heap == pheap))
+	if (likely(c && c->heap == pheap)) {
+		tl_chunk.base = c->base;
+		tl_chunk.size = c->size;
 		je_free(p); /* preload memory: the automatic cache may hold it */
+	}
 	else if (c)
 		je_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
 	else
 		je_dallocx(p, MALLOCX_TCACHE_NONE); /* unregistered jemalloc memory */
+}
+
+PRELOAD_API void free(void *p)
+{
+	/* NULL is in no chunk: it takes the slow path. */
+	if (likely(in_last_chunk(p)))
+		je_free(p); /* preload memory: the automatic cache may hold it */
+	else
+		free_slow(p);
 }
 
 PRELOAD_API void cfree(void *p)
@@ -156,8 +208,16 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		free(p);
 		return NULL;
 	}
+	if (likely(fast() && in_last_chunk(p))) {
+		void *q = je_realloc(p, size); /* sets no errno */
+		if (unlikely(!q))
+			errno = ENOMEM;
+		return q;
+	}
 	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
-	if (likely(c && c->heap == pheap)) {
+	if (c && c->heap == pheap) {
+		tl_chunk.base = c->base;
+		tl_chunk.size = c->size;
 		void *q = likely(fast()) ? je_realloc(p, size) /* sets no errno */
 					 : je_rallocx(p, size, MALLOCX_ARENA(parena) | MALLOCX_TCACHE_NONE);
 		if (!q)

@@ -40,6 +40,10 @@ struct rdmalloc_heap {
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
 	unsigned slot;
 	uint32_t gen; /* unique per heap lifetime, never 0 */
+	_Atomic int auto_tcache; /* rdmalloc_heap_set_auto_tcache */
+	/* arenas[0] == arena; more from rdmalloc_heap_add_arenas (heap_mutex) */
+	_Atomic unsigned narenas;
+	unsigned arenas[RDMALLOC_HEAP_MAX_ARENAS];
 };
 
 #define TC_MAX 4096
@@ -189,14 +193,16 @@ uint64_t rdmalloc_heap_live_bytes(void)
 		if (!h)
 			continue;
 		static const char *const parts[] = { "small.allocated", "large.allocated" };
-		for (size_t k = 0; k < ARRAY_SIZE(parts); k++) {
-			char name[64];
-			size_t v = 0;
-			sz = sizeof(v);
-			snprintf(name, sizeof(name), "stats.arenas.%u.%s", h->arena, parts[k]);
-			if (je_mallctl(name, &v, &sz, NULL, 0) == 0)
-				total += v;
-		}
+		unsigned n = atomic_load_explicit(&h->narenas, memory_order_relaxed);
+		for (unsigned i = 0; i < n; i++)
+			for (size_t k = 0; k < ARRAY_SIZE(parts); k++) {
+				char name[64];
+				size_t v = 0;
+				sz = sizeof(v);
+				snprintf(name, sizeof(name), "stats.arenas.%u.%s", h->arenas[i], parts[k]);
+				if (je_mallctl(name, &v, &sz, NULL, 0) == 0)
+					total += v;
+			}
 	}
 	pthread_mutex_unlock(&heap_mutex);
 	return total;
@@ -277,6 +283,68 @@ int rdmalloc_heap_free_flags(struct rdmalloc_heap *h)
 	return tcache_flag(h);
 }
 
+/* A new arena for @h, with its hooks and settings (heap_mutex held):
+ * 0, or -1 when jemalloc has no arena left. */
+static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
+{
+	/* Created without hooks, then given ours: the arena's own metadata
+	 * stays on plain mmap, only data extents come from our chunks (so a
+	 * peer with an rkey can never reach the allocator's bookkeeping). */
+	size_t sz = sizeof(*arena);
+#ifdef RDMALLOC_MUTATION_METADATA_IN_CHUNKS /* test-only: metadata in registered chunks */
+	extent_hooks_t *with_hooks = &h->hooks;
+	if (je_mallctl("arenas.create", arena, &sz, &with_hooks, sizeof(with_hooks)))
+#else
+	if (je_mallctl("arenas.create", arena, &sz, NULL, 0))
+#endif
+		return -1;
+	extent_hooks_t *hooks = &h->hooks;
+	ssize_t never = -1;
+#ifdef RDMALLOC_MUTATION_PURGE /* test-only: purge freed pages at once */
+	never = 0;
+#endif
+	size_t grow = rdmalloc_opts.chunk_max;
+	/* An ODP heap keeps jemalloc's decay: its purges are allowed. */
+	int pinned = !(h->flags & RDMA_HEAP_ODP);
+	if (arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
+	    (pinned && arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
+	    (pinned && arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
+		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
+	if (grow && arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
+				  "grow by jemalloc's default series", grow);
+	}
+	return 0;
+}
+
+void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h)
+{
+	atomic_store_explicit(&h->auto_tcache, 1, memory_order_release);
+}
+
+int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h)
+{
+	return atomic_load_explicit(&h->auto_tcache, memory_order_acquire);
+}
+
+unsigned rdmalloc_heap_add_arenas(struct rdmalloc_heap *h, unsigned n)
+{
+	if (n > RDMALLOC_HEAP_MAX_ARENAS)
+		n = RDMALLOC_HEAP_MAX_ARENAS;
+	pthread_mutex_lock(&heap_mutex);
+	unsigned have = atomic_load_explicit(&h->narenas, memory_order_relaxed);
+	while (have < n && arena_new(h, &h->arenas[have]) == 0)
+		atomic_store_explicit(&h->narenas, ++have, memory_order_release);
+	pthread_mutex_unlock(&heap_mutex);
+	return have;
+}
+
+unsigned rdmalloc_heap_arena_at(const struct rdmalloc_heap *h, unsigned i)
+{
+	return h->arenas[i];
+}
+
 static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, int *err)
 {
 	pthread_mutex_lock(&heap_mutex);
@@ -306,37 +374,13 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 	if (++gen_counter == 0)
 		++gen_counter;
 	h->gen = gen_counter;
-	/* Created without hooks, then given ours: the arena's own metadata
-	 * stays on plain mmap, only data extents come from our chunks (so a
-	 * peer with an rkey can never reach the allocator's bookkeeping). */
-	size_t sz = sizeof(h->arena);
-#ifdef RDMALLOC_MUTATION_METADATA_IN_CHUNKS /* test-only: metadata in registered chunks */
-	extent_hooks_t *with_hooks = &h->hooks;
-	if (je_mallctl("arenas.create", &h->arena, &sz, &with_hooks, sizeof(with_hooks))) {
-#else
-	if (je_mallctl("arenas.create", &h->arena, &sz, NULL, 0)) {
-#endif
+	if (arena_new(h, &h->arena)) {
 		h = NULL;
 		*err = EAGAIN;
 		goto out;
 	}
-	extent_hooks_t *hooks = &h->hooks;
-	ssize_t never = -1;
-#ifdef RDMALLOC_MUTATION_PURGE /* test-only: purge freed pages at once */
-	never = 0;
-#endif
-	size_t grow = rdmalloc_opts.chunk_max;
-	/* An ODP heap keeps jemalloc's decay: its purges are allowed. */
-	int pinned = !(flags & RDMA_HEAP_ODP);
-	if (arena_ctl(h->arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
-	    (pinned && arena_ctl(h->arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
-	    (pinned && arena_ctl(h->arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
-		rdmalloc_fatal("configuring jemalloc arena %u failed", h->arena);
-	if (grow && arena_ctl(h->arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
-		STAT_INC(fallbacks);
-		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
-				  "grow by jemalloc's default series", grow);
-	}
+	h->arenas[0] = h->arena;
+	atomic_init(&h->narenas, 1);
 	atomic_store_explicit(&heaps[slot], h, memory_order_release);
 out:
 	pthread_mutex_unlock(&heap_mutex);
@@ -388,7 +432,9 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 {
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
 	rdmalloc_init();
-	if (!h || h == default_heap || !in_store(h))
+	/* The drop-in's heap: threads are bound to its arenas and automatic
+	 * caches hold its memory (and its chunks must outlive the process). */
+	if (!h || h == default_heap || !in_store(h) || rdmalloc_heap_auto_tcache(h))
 		return EINVAL;
 	pthread_mutex_lock(&heap_mutex);
 	if (atomic_load_explicit(&heaps[h->slot], memory_order_relaxed) != h) {
@@ -404,8 +450,9 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 		if (tc_owner[tc] == h->gen)
 			tcache_destroy_locked(tc);
 	pthread_mutex_unlock(&tc_mutex);
-	if (arena_ctl(h->arena, "destroy", NULL, NULL, NULL, 0))
-		rdmalloc_fatal("arena.%u.destroy failed", h->arena);
+	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
+		if (arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))
+			rdmalloc_fatal("arena.%u.destroy failed", h->arenas[i]);
 	size_t left = rdmalloc_chunk_release_heap(h);
 	if (left)
 		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
@@ -418,7 +465,8 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 void rdmalloc_heap_purge(rdma_heap_t *heap)
 {
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
-	arena_ctl(h->arena, "purge", NULL, NULL, NULL, 0);
+	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
+		arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
 }
 
 RDMA_EXPORT rdma_heap_t *rdma_heap_default(void)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
+#include "options.h"
 #include "rdma_malloc.h"
 
 struct rdmalloc_heap;
@@ -38,6 +39,22 @@ uint64_t rdmalloc_heap_live_bytes(void);
 int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h);
 /* The flags for freeing or resizing memory of @h on this thread. */
 int rdmalloc_heap_free_flags(struct rdmalloc_heap *h);
+
+/*
+ * The LD_PRELOAD drop-in's heap is served by jemalloc's automatic thread
+ * cache (its threads are bound to its arenas), not by explicit caches:
+ * rdma_heap_destroy refuses it, so its chunks live as long as the process.
+ */
+void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h);
+int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h);
+/* More arenas for @h, with the same hooks and settings, so that threads
+ * bound to the heap do not all share one arena (jemalloc gives its own
+ * threads 4 arenas per CPU).  Up to @n arenas in all (at most
+ * RDMALLOC_HEAP_MAX_ARENAS); returns how many @h has. */
+#define RDMALLOC_HEAP_MAX_ARENAS RDMALLOC_ARENAS_MAX
+unsigned rdmalloc_heap_add_arenas(struct rdmalloc_heap *h, unsigned n);
+/* Arena @i (< the count above) of @h; 0 is rdmalloc_heap_arena(@h). */
+unsigned rdmalloc_heap_arena_at(const struct rdmalloc_heap *h, unsigned i);
 
 /* fork(): take and release the heap, PD and cache mutexes, in order. */
 void rdmalloc_heap_lock_all(void);

@@ -174,6 +174,19 @@ static int parse_growth(const char *s, size_t *out)
 	return 0;
 }
 
+/* A count of arenas: 0 (automatic) to RDMALLOC_ARENAS_MAX, decimal. */
+static int parse_arenas(const char *s, unsigned int *out)
+{
+	unsigned v = 0;
+	size_t i = 0;
+	for (; s[i] >= '0' && s[i] <= '9' && i < 3; i++)
+		v = v * 10 + (unsigned)(s[i] - '0');
+	if (i == 0 || s[i] || v > RDMALLOC_ARENAS_MAX)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 #define parse_size rdmalloc_parse_size
 #define parse_access rdmalloc_parse_access
 #define parse_bool rdmalloc_parse_bool

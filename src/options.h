@@ -23,6 +23,8 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "access flags of the default heap")                                    \
 	X(PRELOAD_ACCESS, preload_access, access, "LOCAL_WRITE",                \
 	  "access flags of the LD_PRELOAD drop-in's heap (every plain malloc)")  \
+	X(PRELOAD_ARENAS, preload_arenas, arenas, "0",                           \
+	  "arenas of the drop-in's heap, 1-16 (0: one per online CPU, at most 16)") \
 	X(CHUNK_MAX, chunk_max, growth, "0",                                     \
 	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
@@ -33,12 +35,14 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")
 
 #define RDMALLOC_DEVICE_NAME_MAX 64
+#define RDMALLOC_ARENAS_MAX 16 /* RDMALLOC_PRELOAD_ARENAS */
 
 struct rdmalloc_options {
 	int log_level;
 	char device[RDMALLOC_DEVICE_NAME_MAX];
 	unsigned int access;
 	unsigned int preload_access;
+	unsigned int preload_arenas;
 	size_t chunk_max;
 	size_t max_registered;
 	int stats;

@@ -165,7 +165,7 @@ static const struct rdmalloc_verbs_ops real_ops = {
 
 static const struct rdmalloc_verbs_ops *ops = &real_ops;
 
-RDMALLOC_TLS int rdmalloc_tl_in_verbs;
+_Alignas(8) RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 
 void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *o)
 {

@@ -59,7 +59,16 @@ struct rdmalloc_verbs_ops {
  * growth would re-enter the registration code, and passes its own
  * ibv_reg_mr calls straight to libibverbs.
  */
-extern RDMALLOC_TLS int rdmalloc_tl_in_verbs;
+struct rdmalloc_tl_state {
+	int in_verbs; /* rdmalloc_tl_in_verbs */
+	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed */
+};
+extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
+#define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
+/* The drop-in's fast path reads both words at once: one TLS compare. */
+_Static_assert(sizeof(struct rdmalloc_tl_state) == sizeof(uint64_t) &&
+		       offsetof(struct rdmalloc_tl_state, bound) == 4,
+	       "rdmalloc_tl_state is read as one 64-bit word");
 
 /* Must be called before the library initialises (before any allocation). */
 RDMALLOC_TESTABLE void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *ops);

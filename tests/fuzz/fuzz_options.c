@@ -185,6 +185,19 @@ __attribute__((unused)) static int ref_growth(const char *s, size_t *out)
 	return 0;
 }
 
+/* 0 to 16, plain decimal digits (leading zeros allowed, at most 3 digits). */
+__attribute__((unused)) static int ref_arenas(const char *s, unsigned *out)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 3 || strspn(s, "0123456789") != n)
+		return -1;
+	unsigned v = (unsigned)atoi(s);
+	if (v > 16)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 __attribute__((unused)) static int ref_bool(const char *s, int *out)
 {
 	if (!strcmp(s, "0") || ci_eq(s, "off") || ci_eq(s, "no") || ci_eq(s, "false"))
@@ -202,6 +215,7 @@ __attribute__((unused)) static int ref_bool(const char *s, int *out)
 #define same_size(a, b) (*(a) == *(b))
 #define same_growth(a, b) (*(a) == *(b))
 #define same_stats(a, b) (*(a) == *(b))
+#define same_arenas(a, b) (*(a) == *(b))
 #define same_device(a, b) (strnlen(*(a), RDMALLOC_DEVICE_NAME_MAX) < RDMALLOC_DEVICE_NAME_MAX && !strcmp(*(a), *(b)))
 
 #ifdef RDMALLOC_FUZZ_QUIET

@@ -611,6 +611,8 @@ __attribute__((unused)) static const char *const bad_size[] = { "", " ", "-1", "
 					"16777216T", "1 G", "1GiBb", "1iB", "\t1", NULL };
 __attribute__((unused)) static const char *const bad_stats[] = { "", " ", "2", "-1", "yes!", "jsonx", "TRUE ", "on\n", "text,json",
 					 NULL };
+__attribute__((unused)) static const char *const bad_arenas[] = { "", " ", "17", "-1", "0016x", "1 ", "+2", "0x4", "1e1", "4294967297",
+					  "0017", "two", NULL };
 __attribute__((unused)) static const char *const bad_bool[] = { "", " ", "2", "-1", "yes!", "t", "y", "enable", "TRUE ", "on\n",
 					"json", NULL };
 
