@@ -330,11 +330,14 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * key generation (rdma_heap_key_generation()).  Memory windows bound on a
  * replaced region die with it.  An RDMA_HEAP_MW_BIND heap keeps MW_BIND.
  * An RDMA_HEAP_ODP_IMPLICIT heap never changes its shared region: its
- * chunks move to the implicit region of the new flags (new keys).
+ * chunks move to the implicit region of the new flags (new keys); asking
+ * for RDMA_HEAP_SET_ACCESS_NEW_KEYS there is EOPNOTSUPP (the region is
+ * shared with other heaps, and grants no remote access to revoke).
  *
  * Not to be called concurrently with rdma_heap_destroy() of the same heap.
  * Return: 0; EINVAL (bad @heap, @access as for rdma_heap_create(), unknown
- * @flags); EPERM (remote access for an RDMA_HEAP_ODP_IMPLICIT heap); or
+ * @flags); EPERM (remote access for an RDMA_HEAP_ODP_IMPLICIT heap);
+ * EOPNOTSUPP (NEW_KEYS for such a heap); or
  * the errno of a failed registration: then the chunks already
  * changed are changed back (best effort; reported too) and the heap keeps
  * its old flags.

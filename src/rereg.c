@@ -36,9 +36,14 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 		rdmalloc_pd_unlock();
 		return EINVAL;
 	}
-	if ((rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP_IMPLICIT) && rdmalloc_odp_remote(access)) {
-		rdmalloc_pd_unlock();
-		return EPERM; /* the shared region's keys reach the whole address space */
+	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP_IMPLICIT) {
+		/* The shared region's keys reach the whole address space, and
+		 * they are other heaps' keys too: not one heap's to replace. */
+		int e = rdmalloc_odp_remote(access) ? EPERM : new_keys ? EOPNOTSUPP : 0;
+		if (e) {
+			rdmalloc_pd_unlock();
+			return e;
+		}
 	}
 	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_MW_BIND)
 		access |= IBV_ACCESS_MW_BIND;

@@ -266,6 +266,9 @@ Test(odp, implicit_access_change)
 	struct ibv_mr *shared = rdma_malloc_mr(p, 1, NULL);
 	cr_assert_eq(rdma_heap_set_access(h, LW | RR, 0, NULL, NULL), EPERM);
 	cr_assert_eq(rdma_heap_access(h), LW | IBV_ACCESS_ON_DEMAND);
+	/* New keys for one heap would be new keys for every heap sharing it. */
+	cr_assert_eq(rdma_heap_set_access(h, LW, RDMA_HEAP_SET_ACCESS_NEW_KEYS, NULL, NULL), EOPNOTSUPP);
+	cr_assert_eq(rdma_malloc_mr(p, 1, NULL), shared);
 	unsigned long rereg0 = fake_rereg_calls();
 	cr_assert_eq(rdma_heap_set_access(h, 0, 0, NULL, NULL), 0);
 	cr_assert_eq(fake_rereg_calls(), rereg0, "the shared region was re-registered in place");
