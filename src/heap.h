@@ -25,6 +25,8 @@ unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
 #define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */
 /* For the tests: arena.<i>.purge of @heap (an ODP heap gives pages back). */
 RDMALLOC_TESTABLE void rdmalloc_heap_purge(rdma_heap_t *heap);
+/* For the tests: the largest block jemalloc's thread caches keep. */
+RDMALLOC_TESTABLE size_t rdmalloc_heap_tcache_max(void);
 #define IBV_ACCESS_MW_BIND_ 0x10u /* IBV_ACCESS_MW_BIND, without verbs.h */
 /* rdma_heap_set_access (PD lock held): the flags new registrations get. */
 void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access);

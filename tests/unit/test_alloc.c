@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fake_verbs.h"
+#include "heap.h"
 #include "rdma_malloc.h"
 
 /* Sizes the compiler must not see as constants (it rejects them). */
@@ -159,4 +160,11 @@ Test(alloc, free_of_foreign_pointer_aborts, .signal = SIGABRT)
 {
 	int on_stack = 0;
 	rdma_free(&on_stack);
+}
+
+/* Thread caches keep message-sized blocks (up to 1 MiB, not jemalloc's
+ * 32 KiB): heap.c's compiled-in jemalloc options are in force. */
+Test(alloc, thread_caches_keep_blocks_up_to_1_mib)
+{
+	cr_assert_eq(rdmalloc_heap_tcache_max(), (size_t)1 << 20);
 }
