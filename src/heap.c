@@ -48,17 +48,6 @@ struct rdmalloc_heap {
 
 #define TC_MAX 4096
 
-/*
- * Compiled-in options of rdmalloc's private jemalloc (read when it
- * initialises; MALLOC_CONF in the environment still overrides them, for
- * this copy as for any jemalloc).  Thread caches keep blocks up to 1 MiB
- * instead of jemalloc's 32 KiB: message-sized buffers, the common RDMA case,
- * are then allocated and freed without the arena's lock and extent work
- * (64 KiB alloc + key + free: 238 -> 45 ns on the test host).  The blocks
- * cached are in chunks already registered, and freed by jemalloc's cache GC.
- */
-const char *je_malloc_conf = "tcache_max:1048576";
-
 static pthread_mutex_t heap_mutex = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct rdmalloc_heap *) heaps[RDMA_MALLOC_MAX_HEAPS];
 /* Heap structs live here, one per slot, and are never unmapped: a stale
