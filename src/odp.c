@@ -95,8 +95,9 @@ struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access)
 	struct implicit *e = implicit_find(pd, access);
 	if (e) {
 		e->refs++;
+		struct ibv_mr *mr = e->mr;
 		rdmalloc_odp_unlock();
-		return e->mr;
+		return mr;
 	}
 	rdmalloc_odp_unlock();
 	struct ibv_mr *mr = rdmalloc_reg(pd, NULL, SIZE_MAX, access);
