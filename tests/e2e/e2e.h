@@ -33,6 +33,16 @@ void e2e_teardown(void);
 			  (what), st_, e2e_status_str(st_), e2e.err);                \
 	} while (0)
 
+/* A transfer the device must refuse: a completion, but not a success. */
+#define E2E_ASSERT_WC_REFUSED(st, what)                                              \
+	do {                                                                         \
+		int st_ = (st);                                                      \
+		cr_assert(st_ > IBV_WC_SUCCESS,                                      \
+			  "%s: want an error completion, got %s (status %d); last verbs note: %s", \
+			  (what), st_ == IBV_WC_SUCCESS ? "success" : e2e_status_str(st_), st_, \
+			  e2e.err);                                                  \
+	} while (0)
+
 /* Every byte of [buf, buf+len) must be the pattern of @seed. */
 #define E2E_ASSERT_PATTERN(buf, len, seed, what)                                     \
 	do {                                                                         \

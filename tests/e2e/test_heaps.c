@@ -7,16 +7,6 @@
 
 #include "e2e.h"
 
-/* A transfer the device must refuse: a completion, but not a success. */
-#define E2E_ASSERT_WC_REFUSED(st, what)                                              \
-	do {                                                                         \
-		int st_ = (st);                                                      \
-		cr_assert(st_ > IBV_WC_SUCCESS,                                      \
-			  "%s: want an error completion, got %s (status %d); last verbs note: %s", \
-			  (what), st_ == IBV_WC_SUCCESS ? "success" : e2e_status_str(st_), st_, \
-			  e2e.err);                                                  \
-	} while (0)
-
 E2E_TEST(heap_read_only, 60)
 {
 	const unsigned acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;

@@ -12,15 +12,6 @@
 
 #include "e2e.h"
 
-#define E2E_ASSERT_WC_REFUSED(st, what)                                              \
-	do {                                                                         \
-		int st_ = (st);                                                      \
-		cr_assert(st_ > IBV_WC_SUCCESS,                                      \
-			  "%s: want an error completion, got %s (status %d); last verbs note: %s", \
-			  (what), st_ == IBV_WC_SUCCESS ? "success" : e2e_status_str(st_), st_, \
-			  e2e.err);                                                  \
-	} while (0)
-
 static struct rdma_malloc_stats stats(void)
 {
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
