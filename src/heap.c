@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * heap.c - heaps: one jemalloc arena each, with our extent hooks, one set of
- * access flags, and one explicit thread cache per thread.
+ * heap.c - heaps: one jemalloc arena each (the LD_PRELOAD drop-in's heap
+ * may have more, rdmalloc_heap_add_arenas), with our extent hooks, one set
+ * of access flags, and one explicit thread cache per thread.
  *
  * Why explicit caches: jemalloc's automatic thread cache is shared by all
  * arenas, so memory freed from heap A could be handed out by a malloc of
@@ -34,14 +35,14 @@
 
 struct rdmalloc_heap {
 	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
-	unsigned arena;
 	_Atomic unsigned int access; /* written by rdma_heap_set_access (PD lock) */
 	unsigned int flags;          /* RDMA_HEAP_* */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
 	unsigned slot;
 	uint32_t gen; /* unique per heap lifetime, never 0 */
 	_Atomic int auto_tcache; /* rdmalloc_heap_set_auto_tcache */
-	/* arenas[0] == arena; more from rdmalloc_heap_add_arenas (heap_mutex) */
+	/* arenas[0] from creation (mallocx's arena); more from
+	 * rdmalloc_heap_add_arenas (heap_mutex) */
 	_Atomic unsigned narenas;
 	unsigned arenas[RDMALLOC_HEAP_MAX_ARENAS];
 };
@@ -126,7 +127,7 @@ struct rdmalloc_heap *rdmalloc_heap_live(const rdma_heap_t *heap)
 
 unsigned rdmalloc_heap_arena(const struct rdmalloc_heap *h)
 {
-	return h->arena;
+	return h->arenas[0];
 }
 
 struct rdmalloc_heap *rdmalloc_heap_get_default(void)
@@ -275,7 +276,7 @@ static inline int tcache_flag(struct rdmalloc_heap *h)
 
 int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h)
 {
-	return MALLOCX_ARENA(h->arena) | tcache_flag(h);
+	return MALLOCX_ARENA(h->arenas[0]) | tcache_flag(h);
 }
 
 int rdmalloc_heap_free_flags(struct rdmalloc_heap *h)
@@ -374,12 +375,11 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 	if (++gen_counter == 0)
 		++gen_counter;
 	h->gen = gen_counter;
-	if (arena_new(h, &h->arena)) {
+	if (arena_new(h, &h->arenas[0])) {
 		h = NULL;
 		*err = EAGAIN;
 		goto out;
 	}
-	h->arenas[0] = h->arena;
 	atomic_init(&h->narenas, 1);
 	atomic_store_explicit(&heaps[slot], h, memory_order_release);
 out:
@@ -410,7 +410,7 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((flags & RDMA_HEAP_ODP_IMPLICIT) && rdmalloc_odp_remote(access)) {
+	if ((flags & RDMA_HEAP_ODP_IMPLICIT) && (access & RDMALLOC_ACCESS_REMOTE)) {
 		errno = EPERM; /* its keys would reach the whole address space */
 		return NULL;
 	}
