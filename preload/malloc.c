@@ -58,6 +58,17 @@ static inline int in_last_chunk(const void *p)
 	return (uintptr_t)p - tl_chunk.base < tl_chunk.size;
 }
 
+/* The chunk of @p, or NULL; a preload chunk becomes this thread's last. */
+static struct rdmalloc_chunk *chunk_of(const void *p)
+{
+	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
+	if (c && c->heap == pheap) {
+		tl_chunk.base = c->base;
+		tl_chunk.size = c->size;
+	}
+	return c;
+}
+
 struct rdmalloc_heap *rdmalloc_preload_heap(void)
 {
 	return atomic_load_explicit(&ready, memory_order_acquire) ? pheap : NULL;
@@ -169,12 +180,9 @@ static __attribute__((noinline)) void free_slow(void *p)
 {
 	if (!p)
 		return;
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
-	if (likely(c && c->heap == pheap)) {
-		tl_chunk.base = c->base;
-		tl_chunk.size = c->size;
+	struct rdmalloc_chunk *c = chunk_of(p);
+	if (likely(c && c->heap == pheap))
 		je_free(p); /* preload memory: the automatic cache may hold it */
-	}
 	else if (c)
 		je_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
 	else
@@ -214,10 +222,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 			errno = ENOMEM;
 		return q;
 	}
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
+	struct rdmalloc_chunk *c = chunk_of(p);
 	if (c && c->heap == pheap) {
-		tl_chunk.base = c->base;
-		tl_chunk.size = c->size;
 		void *q = likely(fast()) ? je_realloc(p, size) /* sets no errno */
 					 : je_rallocx(p, size, MALLOCX_ARENA(parena) | MALLOCX_TCACHE_NONE);
 		if (!q)
