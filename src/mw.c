@@ -15,11 +15,11 @@
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
+#include "options.h"
 #include "regtable.h"
 #include "stats.h"
 #include "verbs.h"
 
-#define MW_ACCESS_ALLOWED (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 
 /*
  * The region each type 1 window is bound on.  Unbinding a type 1 window is
@@ -68,7 +68,7 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 {
 	rdmalloc_init();
 	if (!qp || !len || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) || !access ||
-	    (access & ~MW_ACCESS_ALLOWED)) {
+	    (access & ~RDMALLOC_ACCESS_REMOTE)) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -54,11 +54,6 @@ int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access, int implicit)
 	return 0;
 }
 
-int rdmalloc_odp_remote(unsigned int access)
-{
-	return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
-}
-
 /* (PD, access) pairs: a few heaps' flags on each attachable PD. */
 #define IMPLICIT_MAX (4 * RDMA_MALLOC_MAX_PDS)
 

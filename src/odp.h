@@ -16,9 +16,6 @@ struct ibv_pd;
  * nothing will be registered. */
 int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access, int implicit);
 
-/* Whether @access grants a peer anything (refused for implicit heaps). */
-int rdmalloc_odp_remote(unsigned int access);
-
 /*
  * Implicit ODP (RDMA_HEAP_ODP_IMPLICIT): one region per (PD, access) for
  * the whole address space, shared by every chunk of every implicit heap.

@@ -16,6 +16,9 @@ struct rdmalloc_options rdmalloc_opts;
 
 int rdmalloc_access_valid(unsigned int access)
 {
+	_Static_assert(RDMALLOC_ACCESS_REMOTE ==
+			       (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC),
+		       "RDMALLOC_ACCESS_REMOTE is the remote access bits");
 	if (access & ~RDMALLOC_ACCESS_ALLOWED)
 		return 0;
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&

@@ -70,6 +70,8 @@ extern struct rdmalloc_options rdmalloc_opts;
 /* The access bits a heap may ask for, and whether a set is one ibv_reg_mr
  * accepts (remote write and atomics need local write). */
 #define RDMALLOC_ACCESS_ALLOWED 0x1fu /* LOCAL_WRITE..MW_BIND */
+/* The bits that grant a peer something: REMOTE_WRITE, _READ, _ATOMIC. */
+#define RDMALLOC_ACCESS_REMOTE 0x0eu
 RDMALLOC_TESTABLE int rdmalloc_access_valid(unsigned int access);
 
 #endif

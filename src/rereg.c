@@ -39,7 +39,7 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP_IMPLICIT) {
 		/* The shared region's keys reach the whole address space, and
 		 * they are other heaps' keys too: not one heap's to replace. */
-		int e = rdmalloc_odp_remote(access) ? EPERM : new_keys ? EOPNOTSUPP : 0;
+		int e = (access & RDMALLOC_ACCESS_REMOTE) ? EPERM : new_keys ? EOPNOTSUPP : 0;
 		if (e) {
 			rdmalloc_pd_unlock();
 			return e;
