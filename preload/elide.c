@@ -21,6 +21,7 @@
 
 #include "chunk.h"
 #include "heap.h"
+#include "lock.h"
 #include "log.h"
 #include "pd.h"
 #include "preload.h"
@@ -40,7 +41,6 @@ struct elided {
 	struct elided *next;
 };
 
-static pthread_mutex_t elided_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct elided *elided_list;
 /* PDs of the program that elision attached: they are detached again when
  * the program deallocates them, or ibv_dealloc_pd would find them busy. */
@@ -76,13 +76,13 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	if (!chunk_mr && errno == ENODEV) {
 		int err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
 		if (!err) {
-			pthread_mutex_lock(&elided_mutex);
+			rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 			for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
 				if (!attached_by_us[i]) {
 					attached_by_us[i] = pd;
 					break;
 				}
-			pthread_mutex_unlock(&elided_mutex);
+			rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 		}
 		if (err && err != EEXIST) {
 			rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
@@ -99,10 +99,10 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	e->mr = *chunk_mr;
 	e->mr.addr = addr;
 	e->mr.length = len;
-	pthread_mutex_lock(&elided_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 	e->next = elided_list;
 	elided_list = e;
-	pthread_mutex_unlock(&elided_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 	STAT_INC(elided_registrations);
 	return &e->mr;
 }
@@ -152,14 +152,14 @@ PRELOAD_API struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_
 PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	if (!rdmalloc_tl_in_verbs) {
-		pthread_mutex_lock(&elided_mutex);
+		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 		struct elided **pp = &elided_list;
 		while (*pp && &(*pp)->mr != mr)
 			pp = &(*pp)->next;
 		struct elided *e = *pp;
 		if (e)
 			*pp = e->next;
-		pthread_mutex_unlock(&elided_mutex);
+		rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 		if (e) {
 			free(e);
 			return 0;
@@ -179,7 +179,7 @@ typedef int (*dealloc_pd_fn)(struct ibv_pd *);
 PRELOAD_API int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	int ours = -1;
-	pthread_mutex_lock(&elided_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 	for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
 		if (pd && attached_by_us[i] == pd)
 			ours = i;
@@ -188,7 +188,7 @@ PRELOAD_API int ibv_dealloc_pd(struct ibv_pd *pd)
 		busy |= e->mr.pd == pd;
 	if (ours >= 0 && !busy)
 		attached_by_us[ours] = NULL;
-	pthread_mutex_unlock(&elided_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 	if (busy)
 		return EBUSY;
 	if (ours >= 0) {

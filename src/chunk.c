@@ -29,6 +29,7 @@
 #include "heap.h"
 #include "hugepage.h"
 #include "log.h"
+#include "lock.h"
 #include "odp.h"
 #include "options.h"
 #include "pd.h"
@@ -36,7 +37,6 @@
 #include "stats.h"
 #include "verbs.h"
 
-static pthread_mutex_t chunk_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct rdmalloc_chunk *all_chunks; /* published chunks */
 static struct rdmalloc_chunk *free_descs; /* recycled descriptors */
 static size_t held_bytes;                 /* chunks held or being made, for RDMALLOC_MAX_REGISTERED */
@@ -47,12 +47,12 @@ _Atomic unsigned rdmalloc_rereg_stamp;
 
 void rdmalloc_chunk_lock(void)
 {
-	pthread_mutex_lock(&chunk_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_CHUNK);
 }
 
 void rdmalloc_chunk_unlock(void)
 {
-	pthread_mutex_unlock(&chunk_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_CHUNK);
 }
 
 struct ibv_pd *rdmalloc_pd_slot(unsigned s)

@@ -2,18 +2,22 @@
 /*
  * fork.c - fork(): our locks across it, and the child's registrations.
  *
- * Lock order (doc/design.md): init_mutex -> heap_mutex -> pd_mutex -> tc_mutex
- * -> jemalloc's locks -> chunk_mutex, odp_mutex (leaves, never held
- * together).  pthread_atfork runs prepare handlers in reverse
- * order of registration, so:
- *  - the inner handler (chunk and ODP mutexes) is registered before jemalloc
+ * Every lock is in lock.h's table, in the one order they nest; fork takes
+ * them all in that order, in two groups around jemalloc's own locks.
+ * pthread_atfork runs prepare handlers in reverse order of registration, so:
+ *  - the inner handler (the leaves) is registered before jemalloc
  *    initialises (a priority constructor, and the first allocation of the
  *    LD_PRELOAD drop-in), and its prepare runs after jemalloc's;
- *  - the outer handler (init, heap, PD and cache mutexes) is registered right
- *    after jemalloc initialised, still at load, and its prepare runs before
- *    jemalloc's.  It first takes the init mutex: fork() waits for a lazy
- *    initialisation under way in another thread (init.c), which the child
- *    could neither finish nor safely run again.
+ *  - the outer handler is registered right after jemalloc initialised,
+ *    still at load, and its prepare runs before jemalloc's.  It first takes
+ *    the init lock: fork() waits for a lazy initialisation under way in
+ *    another thread (init.c), which the child could neither finish nor
+ *    safely run again.
+ * No thread holds a jemalloc lock while it waits for an outer lock, and no
+ * thread holding an inner lock allocates: so each group can wait for its
+ * holders.  The one jemalloc lock held across our code is an arena's growth
+ * lock, around the alloc hook; what the hook's verbs calls allocate goes to
+ * an arena that jemalloc's prefork locks after it (doc/design.md).
  * The child keeps working memory but none of the parent's registrations:
  * they name the parent's pages, and deregistering them through the
  * inherited verbs context would take them from the parent.
@@ -22,48 +26,45 @@
 
 #include <pthread.h>
 
-#include "chunk.h"
-#include "heap.h"
-#include "init.h"
 #include "je.h"
+#include "lock.h"
 #include "log.h"
-#include "odp.h"
 #include "pd.h"
 
 static void inner_prepare(void)
 {
-	rdmalloc_chunk_lock();
-	rdmalloc_odp_lock();
+	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
-static void inner_release(void)
+static void inner_parent(void)
 {
-	rdmalloc_odp_unlock();
-	rdmalloc_chunk_unlock();
+	rdmalloc_locks_parent(RDMALLOC_LOCKS_INNER);
+}
+
+static void inner_child(void)
+{
+	rdmalloc_locks_child(RDMALLOC_LOCKS_INNER);
 }
 
 static void outer_prepare(void)
 {
-	rdmalloc_init_lock();
-	rdmalloc_heap_lock_all();
+	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 }
 
 static void outer_parent(void)
 {
-	rdmalloc_heap_unlock_all();
-	rdmalloc_init_unlock();
+	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
 }
 
 static void outer_child(void)
 {
-	rdmalloc_heap_unlock_all();
-	rdmalloc_pd_forget();
-	rdmalloc_init_unlock();
+	rdmalloc_pd_forget(); /* takes no lock: the child has one thread */
+	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 }
 
 static void register_inner(void)
 {
-	if (pthread_atfork(inner_prepare, inner_release, inner_release))
+	if (pthread_atfork(inner_prepare, inner_parent, inner_child))
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "pthread_atfork failed: fork() may deadlock the child");
 }
 

@@ -27,6 +27,7 @@
 #include "hooks.h"
 #include "odp.h"
 #include "init.h"
+#include "lock.h"
 #include "log.h"
 #include "options.h"
 #include "pd.h"
@@ -49,7 +50,6 @@ struct rdmalloc_heap {
 
 #define TC_MAX 4096
 
-static pthread_mutex_t heap_mutex = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct rdmalloc_heap *) heaps[RDMA_MALLOC_MAX_HEAPS];
 /* Heap structs live here, one per slot, and are never unmapped: a stale
  * handle (a heap destroyed twice) reads valid memory and is refused while
@@ -65,7 +65,6 @@ static int in_store(const struct rdmalloc_heap *h)
 static struct rdmalloc_heap *default_heap;
 static uint32_t gen_counter;
 
-static pthread_mutex_t tc_mutex = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t tc_owner[TC_MAX];
 static pthread_key_t tc_key;
 
@@ -74,21 +73,6 @@ struct tl_cache {
 	int tcflag; /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
 };
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
-
-/* fork: the outer locks, in their order (fork.c). */
-void rdmalloc_heap_lock_all(void)
-{
-	pthread_mutex_lock(&heap_mutex);
-	rdmalloc_pd_lock();
-	pthread_mutex_lock(&tc_mutex);
-}
-
-void rdmalloc_heap_unlock_all(void)
-{
-	pthread_mutex_unlock(&tc_mutex);
-	rdmalloc_pd_unlock();
-	pthread_mutex_unlock(&heap_mutex);
-}
 
 struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks)
 {
@@ -188,7 +172,7 @@ uint64_t rdmalloc_heap_live_bytes(void)
 	uint64_t epoch = 1, total = 0;
 	size_t sz = sizeof(epoch);
 	je_mallctl("epoch", &epoch, &sz, &epoch, sz);
-	pthread_mutex_lock(&heap_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
 		if (!h)
@@ -205,7 +189,7 @@ uint64_t rdmalloc_heap_live_bytes(void)
 					total += v;
 			}
 	}
-	pthread_mutex_unlock(&heap_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return total;
 }
 
@@ -220,7 +204,7 @@ static void tcache_destroy_locked(unsigned tc)
 static void thread_exit(void *arg)
 {
 	(void)arg;
-	pthread_mutex_lock(&tc_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		struct tl_cache *t = &tl[i];
 		if (t->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
@@ -230,7 +214,7 @@ static void thread_exit(void *arg)
 		}
 		t->gen = 0;
 	}
-	pthread_mutex_unlock(&tc_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 }
 
 static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct tl_cache *t)
@@ -238,7 +222,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	unsigned tc = 0;
 	size_t sz = sizeof(tc);
 	int flag = MALLOCX_TCACHE_NONE;
-	pthread_mutex_lock(&tc_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	if (je_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
 		if (tc < TC_MAX) {
 			tc_owner[tc] = h->gen;
@@ -247,7 +231,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 			je_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
 		}
 	}
-	pthread_mutex_unlock(&tc_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 	if (flag == MALLOCX_TCACHE_NONE) {
 		STAT_INC(tcache_fallbacks);
 		STAT_INC(fallbacks);
@@ -333,11 +317,11 @@ unsigned rdmalloc_heap_add_arenas(struct rdmalloc_heap *h, unsigned n)
 {
 	if (n > RDMALLOC_HEAP_MAX_ARENAS)
 		n = RDMALLOC_HEAP_MAX_ARENAS;
-	pthread_mutex_lock(&heap_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	unsigned have = atomic_load_explicit(&h->narenas, memory_order_relaxed);
 	while (have < n && arena_new(h, &h->arenas[have]) == 0)
 		atomic_store_explicit(&h->narenas, ++have, memory_order_release);
-	pthread_mutex_unlock(&heap_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return have;
 }
 
@@ -348,7 +332,7 @@ unsigned rdmalloc_heap_arena_at(const struct rdmalloc_heap *h, unsigned i)
 
 static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, int *err)
 {
-	pthread_mutex_lock(&heap_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	struct rdmalloc_heap *h = NULL;
 	unsigned slot = 0;
 	while (slot < RDMA_MALLOC_MAX_HEAPS && atomic_load_explicit(&heaps[slot], memory_order_relaxed))
@@ -383,7 +367,7 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 	atomic_init(&h->narenas, 1);
 	atomic_store_explicit(&heaps[slot], h, memory_order_release);
 out:
-	pthread_mutex_unlock(&heap_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return h;
 }
 
@@ -436,20 +420,20 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 	 * caches hold its memory (and its chunks must outlive the process). */
 	if (!h || h == default_heap || !in_store(h) || rdmalloc_heap_auto_tcache(h))
 		return EINVAL;
-	pthread_mutex_lock(&heap_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	if (atomic_load_explicit(&heaps[h->slot], memory_order_relaxed) != h) {
-		pthread_mutex_unlock(&heap_mutex);
+		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EINVAL;
 	}
 	atomic_store_explicit(&heaps[h->slot], NULL, memory_order_release);
 	rdmalloc_pd_lock(); /* no attach/detach while chunks are released */
 	/* jemalloc requires every cache that holds the arena's memory to be
 	 * flushed before arena.<i>.destroy. */
-	pthread_mutex_lock(&tc_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	for (unsigned tc = 0; tc < TC_MAX; tc++)
 		if (tc_owner[tc] == h->gen)
 			tcache_destroy_locked(tc);
-	pthread_mutex_unlock(&tc_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
 		if (arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))
 			rdmalloc_fatal("arena.%u.destroy failed", h->arenas[i]);
@@ -458,7 +442,7 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
 			     left, h->slot);
 	rdmalloc_pd_unlock();
-	pthread_mutex_unlock(&heap_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return 0;
 }
 

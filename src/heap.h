@@ -58,10 +58,6 @@ unsigned rdmalloc_heap_add_arenas(struct rdmalloc_heap *h, unsigned n);
 /* Arena @i (< the count above) of @h; 0 is rdmalloc_heap_arena(@h). */
 unsigned rdmalloc_heap_arena_at(const struct rdmalloc_heap *h, unsigned i);
 
-/* fork(): take and release the heap, PD and cache mutexes, in order. */
-void rdmalloc_heap_lock_all(void);
-void rdmalloc_heap_unlock_all(void);
-
 /* The heap whose hooks are @hooks (an extent_hooks_t *). */
 struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks);
 

@@ -15,17 +15,18 @@
 #include "heap.h"
 #include "hooks.h"
 #include "log.h"
+#include "lock.h"
 #include "options.h"
 #include "pd.h"
 #include "rdma_malloc.h"
 
 atomic_int rdmalloc_ready;
-/* Held across the whole initialisation, and by fork() (the outermost lock,
- * fork.c): no fork happens while a thread initialises.  With pthread_once a
- * child forked mid-initialisation ran it again from the start (glibc restarts
- * a once of an older fork generation) and blocked on locks that the
- * initialising thread held at fork, libibverbs' device-list lock among them. */
-static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The INIT lock (lock.h) is held across the whole initialisation and taken
+ * first by fork(): no fork happens while a thread initialises.  With
+ * pthread_once a child forked mid-initialisation ran it again from the
+ * start (glibc restarts a once of an older fork generation) and blocked on
+ * locks that the initialising thread held at fork, libibverbs' device-list
+ * lock among them. */
 
 static const char *env(const char *name)
 {
@@ -70,19 +71,9 @@ static void init_once(void)
 void rdmalloc_init_slow(void)
 {
 	int saved = errno; /* the parsers use errno: callers must not see it */
-	pthread_mutex_lock(&init_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_INIT);
 	if (!atomic_load_explicit(&rdmalloc_ready, memory_order_relaxed))
 		init_once();
-	pthread_mutex_unlock(&init_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_INIT);
 	errno = saved;
-}
-
-void rdmalloc_init_lock(void)
-{
-	pthread_mutex_lock(&init_mutex);
-}
-
-void rdmalloc_init_unlock(void)
-{
-	pthread_mutex_unlock(&init_mutex);
 }

@@ -7,9 +7,6 @@
 
 extern atomic_int rdmalloc_ready;
 void rdmalloc_init_slow(void);
-/* fork: the initialisation lock, outside every other (fork.c). */
-void rdmalloc_init_lock(void);
-void rdmalloc_init_unlock(void);
 
 /* Every public entry point that needs the library calls this first. */
 static inline void rdmalloc_init(void)

@@ -28,6 +28,7 @@
 #include "heap.h"
 #include "init.h"
 #include "log.h"
+#include "lock.h"
 #include "regtable.h"
 #include "stats.h"
 #include "verbs.h"
@@ -57,23 +58,12 @@ int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access, int implicit)
 /* (PD, access) pairs: a few heaps' flags on each attachable PD. */
 #define IMPLICIT_MAX (4 * RDMA_MALLOC_MAX_PDS)
 
-static pthread_mutex_t odp_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct implicit {
 	struct ibv_pd *pd;
 	unsigned access;
 	struct ibv_mr *mr; /* NULL: a free entry */
 	unsigned long refs;
 } implicit[IMPLICIT_MAX];
-
-void rdmalloc_odp_lock(void)
-{
-	pthread_mutex_lock(&odp_mutex);
-}
-
-void rdmalloc_odp_unlock(void)
-{
-	pthread_mutex_unlock(&odp_mutex);
-}
 
 /* ODP lock held. */
 static struct implicit *implicit_find(struct ibv_pd *pd, unsigned access)
@@ -86,19 +76,19 @@ static struct implicit *implicit_find(struct ibv_pd *pd, unsigned access)
 
 struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access)
 {
-	rdmalloc_odp_lock();
+	rdmalloc_lock(RDMALLOC_LOCK_ODP);
 	struct implicit *e = implicit_find(pd, access);
 	if (e) {
 		e->refs++;
 		struct ibv_mr *mr = e->mr;
-		rdmalloc_odp_unlock();
+		rdmalloc_unlock(RDMALLOC_LOCK_ODP);
 		return mr;
 	}
-	rdmalloc_odp_unlock();
+	rdmalloc_unlock(RDMALLOC_LOCK_ODP);
 	struct ibv_mr *mr = rdmalloc_reg(pd, NULL, SIZE_MAX, access);
 	if (!mr)
 		return NULL;
-	rdmalloc_odp_lock();
+	rdmalloc_lock(RDMALLOC_LOCK_ODP);
 	struct ibv_mr *use = mr;
 	if ((e = implicit_find(pd, access)) != NULL) { /* another creator won */
 		e->refs++;
@@ -112,7 +102,7 @@ struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access)
 		else
 			use = NULL;
 	}
-	rdmalloc_odp_unlock();
+	rdmalloc_unlock(RDMALLOC_LOCK_ODP);
 	if (use != mr) {
 		int err = rdmalloc_dereg(mr);
 		if (!use) {
@@ -127,19 +117,19 @@ struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access)
 
 int rdmalloc_odp_implicit_put(struct ibv_mr *mr)
 {
-	rdmalloc_odp_lock();
+	rdmalloc_lock(RDMALLOC_LOCK_ODP);
 	struct implicit *e = NULL;
 	for (size_t i = 0; i < IMPLICIT_MAX && !e; i++)
 		if (implicit[i].mr == mr)
 			e = &implicit[i];
 	if (!e) {
-		rdmalloc_odp_unlock();
+		rdmalloc_unlock(RDMALLOC_LOCK_ODP);
 		rdmalloc_fatal("implicit ODP region %p is not ours", (void *)mr);
 	}
 	int last = --e->refs == 0;
 	if (last)
 		*e = (struct implicit){ 0 };
-	rdmalloc_odp_unlock();
+	rdmalloc_unlock(RDMALLOC_LOCK_ODP);
 	return last ? rdmalloc_dereg(mr) : 0;
 }
 

@@ -26,10 +26,7 @@ int rdmalloc_odp_check(struct ibv_pd *pd, unsigned int access, int implicit);
  */
 struct ibv_mr *rdmalloc_odp_implicit_get(struct ibv_pd *pd, unsigned int access);
 int rdmalloc_odp_implicit_put(struct ibv_mr *mr);
-/* fork(): the lock around fork (after the chunk lock), and in the child,
- * forget the parent's regions (like chunks' registrations). */
-void rdmalloc_odp_lock(void);
-void rdmalloc_odp_unlock(void);
+/* In a fork child: forget the parent's regions (like chunks' registrations). */
 void rdmalloc_odp_forget(void);
 
 /* The purge hook of ODP heaps: MADV_DONTNEED, allowed because nothing is

@@ -11,25 +11,23 @@
 #include "compiler.h"
 #include "init.h"
 #include "log.h"
+#include "lock.h"
 #include "options.h"
 #include "stats.h"
 #include "verbs.h"
 
-/* Serialises attach, detach and heap destruction (which releases chunks);
- * held across verbs calls, so it is an outer lock (doc/design.md). */
-static pthread_mutex_t pd_mutex = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct ibv_pd *) default_pd;
 static struct ibv_pd *opened_pd; /* what we opened, attached or not */
 static char no_device_why[160];
 
 void rdmalloc_pd_lock(void)
 {
-	pthread_mutex_lock(&pd_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_PD);
 }
 
 void rdmalloc_pd_unlock(void)
 {
-	pthread_mutex_unlock(&pd_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_PD);
 }
 
 struct ibv_pd *rdmalloc_pd_default(void)

@@ -10,6 +10,7 @@
 #include "compiler.h"
 #include "heap.h"
 #include "init.h"
+#include "lock.h"
 #include "log.h"
 #include "pd.h"
 
@@ -29,7 +30,6 @@ struct lookup_counts {
 };
 
 static RDMALLOC_TLS struct lookup_counts tl_lookups;
-static pthread_mutex_t lookups_mutex = PTHREAD_MUTEX_INITIALIZER;
 static struct lookup_counts *lookups_list;
 static uint64_t lookups_ok_gone, lookups_failed_gone; /* of exited threads */
 static pthread_key_t lookups_key;
@@ -38,7 +38,7 @@ static pthread_once_t lookups_once = PTHREAD_ONCE_INIT;
 static void lookups_thread_exit(void *arg)
 {
 	struct lookup_counts *t = arg;
-	pthread_mutex_lock(&lookups_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
 	lookups_ok_gone += atomic_load_explicit(&t->ok, memory_order_relaxed);
 	lookups_failed_gone += atomic_load_explicit(&t->failed, memory_order_relaxed);
 	if (t->prev)
@@ -48,7 +48,7 @@ static void lookups_thread_exit(void *arg)
 	if (t->next)
 		t->next->prev = t->prev;
 	t->listed = 0;
-	pthread_mutex_unlock(&lookups_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 }
 
 static void lookups_key_create(void)
@@ -60,14 +60,14 @@ static void lookups_key_create(void)
 static __attribute__((noinline)) void lookups_join(struct lookup_counts *t)
 {
 	pthread_once(&lookups_once, lookups_key_create);
-	pthread_mutex_lock(&lookups_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
 	t->prev = NULL;
 	t->next = lookups_list;
 	if (lookups_list)
 		lookups_list->prev = t;
 	lookups_list = t;
 	t->listed = 1;
-	pthread_mutex_unlock(&lookups_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 	pthread_setspecific(lookups_key, t);
 }
 
@@ -82,14 +82,14 @@ void rdmalloc_stat_lookup(int ok)
 
 static void sum_lookups(uint64_t *ok, uint64_t *failed)
 {
-	pthread_mutex_lock(&lookups_mutex);
+	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
 	*ok = lookups_ok_gone;
 	*failed = lookups_failed_gone;
 	for (struct lookup_counts *t = lookups_list; t; t = t->next) {
 		*ok += atomic_load_explicit(&t->ok, memory_order_relaxed);
 		*failed += atomic_load_explicit(&t->failed, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&lookups_mutex);
+	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 }
 
 static void snapshot(struct rdma_malloc_stats *st)
