@@ -212,9 +212,10 @@ static void *run_job(void *arg)
 #ifdef BENCH_FAKE_VERBS
 			struct rdmalloc_chunk *c = rdmalloc_table_find((void *)p);
 			bad |= !c;
-			if (c)
-				acc += atomic_load_explicit(&c->reg[0].lkey, memory_order_relaxed) ^
-				       atomic_load_explicit(&c->reg[0].rkey, memory_order_relaxed);
+			if (c) {
+				uint64_t k = atomic_load_explicit(&c->reg[0].keys, memory_order_relaxed);
+				acc += rdmalloc_keys_lkey(k) ^ rdmalloc_keys_rkey(k);
+			}
 #endif
 			break;
 		}

@@ -112,8 +112,11 @@ size_t rdma_malloc_usable_size(const void *ptr);
  * Key lookup.
  *
  * Constant time, lock-free and free of system calls: three dependent loads
- * (two table levels and the chunk descriptor).  Safe while other threads
- * allocate and free.  @len 0 is treated as 1.
+ * (two table levels and the chunk descriptor), and a per-thread counter
+ * (a thread's first lookup, and its exit, take the counters' list lock
+ * once).  Safe while other threads allocate, free, attach, detach or change
+ * access flags: the lkey and rkey returned are always one region's pair.
+ * @len 0 is treated as 1.
  *
  * A region covers one whole chunk of one heap, so a key grants the peer
  * access to the whole chunk, not only to [ptr, ptr+len).  Give remote access
@@ -130,8 +133,11 @@ size_t rdma_malloc_usable_size(const void *ptr);
  *  ENOENT  @ptr is not rdmalloc memory;
  *  ERANGE  @ptr is, but [@ptr, @ptr+@len) runs past its region;
  *  ENODEV  @pd is not attached (or, for NULL, there is no default PD).
- * The region stays valid until its chunk is released (rdma_heap_destroy) or
- * @pd is detached.  Do not deregister it.
+ * The region stays valid until its chunk is released (rdma_heap_destroy),
+ * @pd is detached, or an access change replaces it (rdma_heap_set_access():
+ * always on devices that refuse ibv_rereg_mr, such as rxe).  Do not
+ * deregister it.  Where another thread may change the heap's access, use
+ * rdma_malloc_keys(), which returns values, not a region.
  */
 struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd);
 
@@ -174,11 +180,16 @@ int rdma_malloc_attach_pd(struct ibv_pd *pd);
 /**
  * rdma_malloc_detach_pd - deregister every chunk from @pd.
  *
- * The caller must have no work request in flight that uses keys of @pd, and
- * must not look up keys of @pd concurrently.  The default PD may be detached
- * too; NULL-PD lookups then fail with ENODEV.
- * Return: 0, ENODEV (not attached), or the errno of the first failed
- * ibv_dereg_mr() (the PD is detached all the same; the failure is counted).
+ * The caller must have no work request in flight that uses keys of @pd.
+ * Lookups with @pd made meanwhile return its keys or ENODEV.  A chunk being
+ * created meanwhile by another thread registers with @pd or not; either way
+ * the call returns only once no registration with @pd is left or under way,
+ * so ibv_dealloc_pd(@pd) may follow at once.  The default PD may be
+ * detached too; NULL-PD lookups then fail with ENODEV.
+ * Return: 0, ENODEV (not attached), EBUSY (a memory window granted with
+ * rdma_malloc_mw_grant() is bound on one of its regions: nothing is done;
+ * free it first), or the errno of the first failed ibv_dereg_mr() (the PD
+ * is detached all the same; the failure is counted).
  */
 int rdma_malloc_detach_pd(struct ibv_pd *pd);
 
@@ -240,7 +251,9 @@ struct rdma_heap_attr {
  * remote access flags are refused (EPERM), here and in
  * rdma_heap_set_access(); use RDMA_HEAP_ODP for memory peers may reach.
  * The device must also report IBV_ODP_SUPPORT_IMPLICIT, else EOPNOTSUPP.
- * Exclusive with RDMA_HEAP_MW_BIND.
+ * Exclusive with RDMA_HEAP_MW_BIND and with IBV_ACCESS_MW_BIND in the access
+ * flags (EINVAL, here and in rdma_heap_set_access()): a window could be
+ * bound anywhere in the process.
  */
 #define RDMA_HEAP_ODP (1u << 3)
 #define RDMA_HEAP_ODP_IMPLICIT (1u << 4)
@@ -269,7 +282,8 @@ rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
  * work request may still use its keys.  Like a freed pointer, @heap must not
  * be used again: a second destroy is refused with EINVAL only as long as no
  * new heap has taken its place.  The default heap (or NULL) is refused.
- * Return: 0 or EINVAL.
+ * Return: 0, EINVAL, or EBUSY (a memory window is still allocated on its
+ * memory: rdma_malloc_mw_free() it first; nothing is done).
  */
 int rdma_heap_destroy(rdma_heap_t *heap);
 
@@ -301,11 +315,13 @@ void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
  * ------------------------------------------------------------------------ */
 
 /*
- * Called once for each registration (chunk x attached PD) whose keys changed:
- * the program re-sends the new rkey to its peers.  [@addr, @addr+@len) is
- * the chunk's region.  It runs on the thread of rdma_heap_set_access(), with
- * the library's PD lock held: it may look keys up and allocate, but must not
- * attach or detach PDs, destroy heaps or change access flags.
+ * Called once for each registration (chunk x attached PD) whose keys changed,
+ * with its keys before the call and after it (a change undone after a
+ * failure is reported as its net effect, or not at all): the program
+ * re-sends the new rkey to its peers.  [@addr, @addr+@len) is the chunk's
+ * region.  It runs on the thread of rdma_heap_set_access(), after every
+ * region has changed and with no lock of the library held: it may use any
+ * rdma_* call, including another rdma_heap_set_access().
  */
 typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr, size_t len,
 					uint32_t old_lkey, uint32_t old_rkey, uint32_t new_lkey,
@@ -327,8 +343,10 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * call returns, every lookup returns the new keys and every new chunk gets
  * @access; a lookup made during the call may still return the old keys.
  * Keys that change are reported through @cb (may be NULL) and bump the heap's
- * key generation (rdma_heap_key_generation()).  Memory windows bound on a
- * replaced region die with it.  An RDMA_HEAP_MW_BIND heap keeps MW_BIND.
+ * key generation (rdma_heap_key_generation()).  A region with a memory
+ * window bound on it can be neither changed nor replaced: while any window
+ * granted on the heap's memory is allocated, the call is refused with
+ * EBUSY.  An RDMA_HEAP_MW_BIND heap keeps MW_BIND.
  * An RDMA_HEAP_ODP_IMPLICIT heap never changes its shared region: its
  * chunks move to the implicit region of the new flags (new keys); asking
  * for RDMA_HEAP_SET_ACCESS_NEW_KEYS there is EOPNOTSUPP (the region is
@@ -336,8 +354,10 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  *
  * Not to be called concurrently with rdma_heap_destroy() of the same heap.
  * Return: 0; EINVAL (bad @heap, @access as for rdma_heap_create(), unknown
- * @flags); EPERM (remote access for an RDMA_HEAP_ODP_IMPLICIT heap);
- * EOPNOTSUPP (NEW_KEYS for such a heap); or
+ * @flags, IBV_ACCESS_MW_BIND for an RDMA_HEAP_ODP_IMPLICIT heap); EPERM
+ * (remote access for such a heap); EOPNOTSUPP (NEW_KEYS for such a heap);
+ * EBUSY (a memory window is allocated on the heap's memory); ENOMEM (no
+ * memory to record the key changes in; nothing is done); or
  * the errno of a failed registration: then the chunks already
  * changed are changed back (best effort; reported too) and the heap keeps
  * its old flags.
@@ -356,7 +376,8 @@ uint64_t rdma_heap_key_generation(const rdma_heap_t *heap);
  * rdma_malloc_prefetch - ask the NIC to fault [@ptr, @ptr+@len) of an
  * RDMA_HEAP_ODP heap in now, for reading (@write 0) or writing, rather than
  * on first access (ibv_advise_mr(IBV_ADVISE_MR_ADVICE_PREFETCH[_WRITE],
- * IBV_ADVISE_MR_FLAG_FLUSH): returns once the pages are mapped).
+ * IBV_ADVISE_MR_FLAG_FLUSH): returns once the pages are mapped).  Any
+ * length: one advice per gigabyte (an ibv_sge holds 32 bits of length).
  * @pd: an attached PD, or NULL for the default PD.
  * Return: 0; ENOENT/ERANGE/ENODEV as for rdma_malloc_keys(); EINVAL (the
  * memory's heap is not an ODP heap); or the errno of ibv_advise_mr()
@@ -390,8 +411,10 @@ int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd *pd, int wri
  * Return: the window, or NULL with errno: EINVAL (NULL @qp, @len 0, bad
  * @type or @access, or the device refused the bind), ENOENT/ERANGE/ENODEV
  * as for rdma_malloc_keys() (under @qp's PD), EPERM (the memory's heap lacks
- * RDMA_HEAP_MW_BIND), EOPNOTSUPP (the device has no memory windows), ENOMEM
- * (4096 type 1 windows alive), or the errno of the verbs call.
+ * RDMA_HEAP_MW_BIND), EOPNOTSUPP (the device has no memory windows), ENOMEM,
+ * or the errno of the verbs call.  Until rdma_malloc_mw_free(), the region
+ * the window is bound on stays: access changes, detaching @qp's PD and
+ * destroying the heap are refused with EBUSY.
  */
 struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *ptr, size_t len,
 				    unsigned int access, int type, uint64_t wr_id,

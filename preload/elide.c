@@ -16,11 +16,13 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chunk.h"
 #include "heap.h"
+#include "keys.h"
 #include "lock.h"
 #include "log.h"
 #include "pd.h"
@@ -62,6 +64,21 @@ static void *real(const char *name, const char *version)
 
 #define OPTIONAL_ACCESS ((unsigned int)IBV_ACCESS_OPTIONAL_RANGE)
 
+/* A copy of the chunk's region for [addr, addr+len) with @pd: 0 or
+ * rdmalloc_lookup's errno.  The copy is made under the PD lock, which
+ * every replacement and deregistration of a published region holds. */
+static int copy_chunk_mr(void *addr, size_t len, struct ibv_pd *pd, struct ibv_mr *out)
+{
+	struct rdmalloc_chunk *c;
+	struct rdmalloc_reg *r;
+	rdmalloc_pd_lock();
+	int err = rdmalloc_lookup(addr, len, pd, &c, &r);
+	if (!err)
+		*out = *atomic_load_explicit(&r->mr, memory_order_relaxed);
+	rdmalloc_pd_unlock();
+	return err;
+}
+
 /* The elided region for [addr, addr+len), or NULL when not eligible. */
 static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
@@ -72,9 +89,12 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 		return NULL;
 	if ((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap))
 		return NULL;
-	struct ibv_mr *chunk_mr = rdma_malloc_mr(addr, len, pd);
-	if (!chunk_mr && errno == ENODEV) {
-		int err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
+	struct elided *e = calloc(1, sizeof(*e)); /* before any lock: it may enter a hook */
+	if (!e)
+		return NULL;
+	int err = copy_chunk_mr(addr, len, pd, &e->mr);
+	if (err == ENODEV) {
+		err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
 		if (!err) {
 			rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 			for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
@@ -87,16 +107,15 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 		if (err && err != EEXIST) {
 			rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
 					  "registrations go to libibverbs", strerror(err));
+			free(e);
 			return NULL;
 		}
-		chunk_mr = rdma_malloc_mr(addr, len, pd);
+		err = copy_chunk_mr(addr, len, pd, &e->mr);
 	}
-	if (!chunk_mr)
+	if (err) {
+		free(e);
 		return NULL;
-	struct elided *e = calloc(1, sizeof(*e));
-	if (!e)
-		return NULL;
-	e->mr = *chunk_mr;
+	}
 	e->mr.addr = addr;
 	e->mr.length = len;
 	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);

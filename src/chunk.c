@@ -8,13 +8,15 @@
  * their heap is destroyed: while a chunk is registered it is never purged,
  * decommitted or unmapped (see hooks.c).
  *
- * Locking (doc/design.md, "Locks and fork"): chunk_mutex is a leaf.  It
+ * Locking (doc/design.md, "Locks and fork"): the CHUNK lock is a leaf.  It
  * guards the chunk list, the table writers, the descriptor pool, the PD
  * slots and their generation, and is never held across a verbs call, an
  * allocation or another lock.  Registration happens outside it: a new chunk
  * registers with a snapshot of the PD slots and publishes only if the slots
- * did not change meanwhile (pd_gen), else it registers again.  Attach and
- * detach are serialised by the caller (pd.c's mutex).
+ * did not change meanwhile (pd_gen), else it registers again.  Each slot
+ * counts the creators whose snapshot holds it (slot_users): detach waits
+ * for them, so that no creator still uses a PD once its detach returned.
+ * Attach and detach are serialised by the caller (the PD lock).
  */
 #include "chunk.h"
 
@@ -43,6 +45,7 @@ static size_t held_bytes;                 /* chunks held or being made, for RDMA
 static _Atomic(struct ibv_pd *) slots[RDMA_MALLOC_MAX_PDS];
 static unsigned reserved;                 /* slots an attach is filling */
 static unsigned long pd_gen;              /* bumped whenever slots (or a heap's access) change */
+static unsigned slot_users[RDMA_MALLOC_MAX_PDS]; /* creators that may register with slot s's PD */
 _Atomic unsigned rdmalloc_rereg_stamp;
 
 void rdmalloc_chunk_lock(void)
@@ -113,8 +116,7 @@ static void reg_clear(struct rdmalloc_reg *r)
 {
 	atomic_store_explicit(&r->pd, NULL, memory_order_release);
 	atomic_store_explicit(&r->mr, NULL, memory_order_relaxed);
-	atomic_store_explicit(&r->lkey, 0, memory_order_relaxed);
-	atomic_store_explicit(&r->rkey, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->keys, 0, memory_order_relaxed);
 }
 
 /* Chunks of implicit ODP heaps have no region of their own: they use their
@@ -153,8 +155,7 @@ static void slot_publish(struct rdmalloc_reg *r, struct ibv_mr *mr, unsigned acc
 	r->access = access;
 	r->stamp = stamp;
 	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
-	atomic_store_explicit(&r->lkey, lkey, memory_order_relaxed);
-	atomic_store_explicit(&r->rkey, rkey, memory_order_release);
+	atomic_store_explicit(&r->keys, (uint64_t)lkey << 32 | rkey, memory_order_release);
 }
 
 /* Register chunk @c in slot @slot.  No lock held: nobody else writes this
@@ -211,6 +212,18 @@ static int sync_regs(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDMA_MA
 	return 0;
 }
 
+/* A creator is done with the slots in @used: wake a detach waiting for
+ * them.  Chunk lock held. */
+static void slots_release(unsigned used)
+{
+	int woke = 0;
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		if ((used & (1u << s)) && --slot_users[s] == 0)
+			woke = 1;
+	if (woke)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+}
+
 static void log_reg_failure(size_t size, int err)
 {
 	struct rlimit rl = { 0, 0 };
@@ -259,6 +272,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 		return NULL;
 	}
 	int err = ENOMEM;
+	unsigned used = 0; /* slots counted in slot_users for us */
 	size_t map_size = size;
 	int kind = RDMALLOC_PAGES_4K;
 	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_map_aligned(size, align);
@@ -282,8 +296,13 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
 		rdmalloc_chunk_lock();
 		unsigned long gen = pd_gen;
-		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 			want[s] = rdmalloc_pd_slot(s);
+			if (want[s] && !(used & (1u << s))) {
+				used |= 1u << s;
+				slot_users[s]++;
+			}
+		}
 		rdmalloc_chunk_unlock();
 		if ((err = sync_regs(c, want)) != 0) {
 			log_reg_failure(size, err);
@@ -305,6 +324,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 		STAT_INC(chunks);
 		STAT_ADD(chunk_bytes, map_size);
 		rdmalloc_huge_count(kind, 1);
+		slots_release(used);
 		rdmalloc_chunk_unlock();
 		return c;
 	}
@@ -321,6 +341,7 @@ fail:
 	rdmalloc_chunk_lock();
 	held_bytes -= want;
 	desc_free(c);
+	slots_release(used);
 	rdmalloc_chunk_unlock();
 	errno = err;
 	return NULL;
@@ -462,8 +483,17 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 		rdmalloc_chunk_unlock();
 		return ENODEV;
 	}
+	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
+		if (c->reg[s].windows) {
+			rdmalloc_chunk_unlock();
+			return EBUSY;
+		}
 	atomic_store_explicit(&slots[s], NULL, memory_order_release);
 	pd_gen++;
+	/* Creators that saw the slot register again without it (pd_gen), and
+	 * undo what they registered with it; then they let go of it. */
+	while (slot_users[s])
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 	int first = 0;
 	for (struct rdmalloc_chunk *c; (c = next_without((unsigned)s, pd));) {
 		struct ibv_mr *mr = atomic_load_explicit(&c->reg[s].mr, memory_order_relaxed);
@@ -476,6 +506,28 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 	}
 	rdmalloc_chunk_unlock();
 	return first;
+}
+
+int rdmalloc_chunks_have_windows(const struct rdmalloc_heap *heap)
+{
+	int busy = 0;
+	rdmalloc_chunk_lock();
+	for (struct rdmalloc_chunk *c = all_chunks; c && !busy; c = c->next)
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS && c->heap == heap; s++)
+			busy |= c->reg[s].windows != 0;
+	rdmalloc_chunk_unlock();
+	return busy;
+}
+
+size_t rdmalloc_chunks_count_regs(const struct rdmalloc_heap *heap)
+{
+	size_t n = 0;
+	rdmalloc_chunk_lock();
+	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS && c->heap == heap; s++)
+			n += atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed) != NULL;
+	rdmalloc_chunk_unlock();
+	return n;
 }
 
 void rdmalloc_chunks_bump_gen(void)
@@ -514,8 +566,8 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int 
 	struct rdmalloc_reg *r = &c->reg[s];
 	struct ibv_pd *pd = atomic_load_explicit(&r->pd, memory_order_relaxed);
 	struct ibv_mr *old = atomic_load_explicit(&r->mr, memory_order_relaxed);
-	unsigned ol = atomic_load_explicit(&r->lkey, memory_order_relaxed);
-	unsigned ok = atomic_load_explicit(&r->rkey, memory_order_relaxed);
+	uint64_t okeys = atomic_load_explicit(&r->keys, memory_order_relaxed);
+	unsigned ol = rdmalloc_keys_lkey(okeys), ok = rdmalloc_keys_rkey(okeys);
 	unsigned nl, nk;
 	int broken = 0;
 	if (!new_keys && !implicit_odp(c)) { /* never change a shared region in place */
@@ -576,9 +628,13 @@ void rdmalloc_chunks_forget_registrations(void)
 		atomic_store_explicit(&slots[s], NULL, memory_order_relaxed);
 	reserved = 0;
 	pd_gen++;
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		slot_users[s] = 0;
 	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
-		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 			reg_clear(&c->reg[s]);
+			c->reg[s].windows = 0;
+		}
 	rdmalloc_odp_forget();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);

@@ -15,15 +15,31 @@ struct rdmalloc_heap;
 
 /*
  * One registration of a chunk.  The lookup reads it without a lock: pd is
- * published last (release) on attach and cleared first on detach.
+ * published last (release) on attach and cleared first on detach; the keys
+ * are one word, so a lookup never pairs the lkey of one region with the
+ * rkey of another.  The struct ibv_mr itself is used only under the PD
+ * lock, which every deregistration of a published region holds (detach,
+ * access changes, heap destruction): a lookup may return keys that are
+ * about to go, never a region that is gone.
  */
 struct rdmalloc_reg {
 	_Atomic(struct ibv_pd *) pd;
 	_Atomic(struct ibv_mr *) mr;
-	_Atomic uint32_t lkey, rkey;
+	_Atomic uint64_t keys; /* lkey << 32 | rkey */
 	unsigned access;  /* the flags it was registered with (PD-lock holders and its creator) */
 	unsigned stamp;   /* rdmalloc_rereg_stamp when registered (rereg.c) */
+	unsigned windows; /* memory windows allocated on it (PD lock): it may not be replaced */
 };
+
+static inline uint32_t rdmalloc_keys_lkey(uint64_t keys)
+{
+	return (uint32_t)(keys >> 32);
+}
+
+static inline uint32_t rdmalloc_keys_rkey(uint64_t keys)
+{
+	return (uint32_t)keys;
+}
 
 /*
  * A chunk is one allocation of an extent hook: jemalloc's extent
@@ -75,17 +91,23 @@ size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap);
  * all or nothing.  0, EEXIST, ENOSPC or the errno of the failed
  * registration.  The caller serialises attach/detach (rdmalloc_pd_lock). */
 int rdmalloc_chunks_attach(struct ibv_pd *pd);
-/* Deregister every chunk from @pd and free its slot.  0, ENODEV, or the
- * first errno of a failed deregistration (the PD is detached all the same). */
+/* Deregister every chunk from @pd and free its slot, once no chunk being
+ * created still registers with it.  0, ENODEV, EBUSY (a memory window is
+ * allocated on a region of @pd: nothing done), or the first errno of a
+ * failed deregistration (the PD is detached all the same).  The caller
+ * holds the PD lock. */
 int rdmalloc_chunks_detach(struct ibv_pd *pd);
+/* Whether a memory window is allocated on a region of @heap (PD lock). */
+int rdmalloc_chunks_have_windows(const struct rdmalloc_heap *heap);
 /*
  * Re-register every registration of every chunk of @heap under @access
  * (the heap's access field must already say @access): in place, or (with
  * @new_keys, or when the device refuses) by registering anew and then
  * deregistering the old region.  @stamp marks registrations already done.
- * Reports changed keys through @cb; *@changed counts them.  0 or the errno
- * of the first failure (what was done is left done: the caller reverts).
- * The caller holds the PD lock (rdmalloc_pd_lock).
+ * Reports changed keys through @cb (called with the PD lock held: the
+ * caller records them, and tells the program after unlocking); *@changed
+ * counts them.  0 or the errno of the first failure (what was done is left
+ * done: the caller reverts).  The caller holds the PD lock.
  */
 int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_keys, unsigned stamp,
 			  rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed);
@@ -94,6 +116,9 @@ extern _Atomic unsigned rdmalloc_rereg_stamp;
 /* Bump the PD generation, so that chunks being created register again
  * (after a heap's access flags changed). */
 void rdmalloc_chunks_bump_gen(void);
+/* How many registrations (chunk x PD) @heap has now: a bound for the
+ * reports of one access change.  Takes the chunk lock. */
+size_t rdmalloc_chunks_count_regs(const struct rdmalloc_heap *heap);
 
 /* In a fork child: forget every registration (they are the parent's). */
 void rdmalloc_chunks_forget_registrations(void);

@@ -390,7 +390,8 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 	if (attr && ((flags & ~RDMALLOC_HEAP_FLAGS_ALL) || !rdmalloc_access_valid(access) ||
 		     ((flags & RDMA_HEAP_ODP) && (flags & RDMA_HEAP_HUGEPAGES)) ||
 		     ((flags & RDMA_HEAP_ODP_IMPLICIT) &&
-		      (!(flags & RDMA_HEAP_ODP) || (flags & RDMA_HEAP_MW_BIND))))) {
+		      (!(flags & RDMA_HEAP_ODP) || (flags & RDMA_HEAP_MW_BIND) ||
+		       (access & IBV_ACCESS_MW_BIND_))))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -425,8 +426,13 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EINVAL;
 	}
+	rdmalloc_pd_lock(); /* no attach/detach/window while chunks are released */
+	if (rdmalloc_chunks_have_windows(h)) { /* their owners free them first */
+		rdmalloc_pd_unlock();
+		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+		return EBUSY;
+	}
 	atomic_store_explicit(&heaps[h->slot], NULL, memory_order_release);
-	rdmalloc_pd_lock(); /* no attach/detach while chunks are released */
 	/* jemalloc requires every cache that holds the arena's memory to be
 	 * flushed before arena.<i>.destroy. */
 	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);

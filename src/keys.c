@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* keys.c - rdma_malloc_mr() and rdma_malloc_keys(): pointer to keys. */
+#include "keys.h"
+
 #include <errno.h>
 
 #include "chunk.h"
@@ -7,7 +9,8 @@
 #include "regtable.h"
 #include "stats.h"
 
-static inline int lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct rdmalloc_reg **out)
+int rdmalloc_lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct rdmalloc_chunk **cp,
+		    struct rdmalloc_reg **out)
 {
 	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
 	if (!c)
@@ -23,6 +26,7 @@ static inline int lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct 
 #endif
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 		if (atomic_load_explicit(&c->reg[s].pd, memory_order_acquire) == pd) {
+			*cp = c;
 			*out = &c->reg[s];
 			return 0;
 		}
@@ -44,8 +48,9 @@ static inline int lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct 
 
 RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd)
 {
+	struct rdmalloc_chunk *c;
 	struct rdmalloc_reg *r;
-	int err = lookup(ptr, len, pd, &r);
+	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
 	rdmalloc_stat_lookup(!err);
 	if (err) {
 		errno = err;
@@ -57,14 +62,16 @@ RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ib
 RDMA_EXPORT int rdma_malloc_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint32_t *lkey,
 				 uint32_t *rkey)
 {
+	struct rdmalloc_chunk *c;
 	struct rdmalloc_reg *r;
-	int err = lookup(ptr, len, pd, &r);
+	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
 	rdmalloc_stat_lookup(!err);
 	if (err)
 		return err;
+	uint64_t keys = atomic_load_explicit(&r->keys, memory_order_acquire); /* one unit */
 	if (lkey)
-		*lkey = atomic_load_explicit(&r->lkey, memory_order_relaxed);
+		*lkey = rdmalloc_keys_lkey(keys);
 	if (rkey)
-		*rkey = atomic_load_explicit(&r->rkey, memory_order_relaxed);
+		*rkey = rdmalloc_keys_rkey(keys);
 	return 0;
 }

@@ -5,61 +5,116 @@
  * A window is bound to the region of the chunk holding [ptr, ptr+len): the
  * chunk must have been registered with IBV_ACCESS_MW_BIND (a heap created
  * with RDMA_HEAP_MW_BIND).  Binding and revoking are work requests on the
- * caller's QP; the caller owns the CQ and polls their completions.  Nothing
- * here takes a lock: the window belongs to the caller.
+ * caller's QP; the caller owns the CQ and polls their completions.
+ *
+ * Each window is recorded with the chunk registration it is bound on, and
+ * counts on it (rdmalloc_reg.windows) until rdma_malloc_mw_free: a region
+ * with a window may not be deregistered (IBA 10.6.7.2.6), so access
+ * changes, detach and heap destruction refuse with EBUSY meanwhile, and a
+ * type 1 revocation (a bind to zero length, for which some providers, rxe,
+ * read the region's lkey) passes the very region of the bind.  The table
+ * and the counts are guarded by the PD lock, which every deregistration of
+ * a published region holds.
  */
+#include "mw.h"
+
 #include <errno.h>
 #include <infiniband/verbs.h>
-#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
 
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
+#include "keys.h"
 #include "options.h"
-#include "regtable.h"
+#include "pd.h"
 #include "stats.h"
 #include "verbs.h"
 
+/* An open-addressing table keyed by window, in mmap'd memory (an
+ * allocation here could re-enter the drop-in under the PD lock). */
+struct window {
+	struct ibv_mw *mw; /* NULL: free entry */
+	struct rdmalloc_chunk *chunk;
+	unsigned slot;
+};
 
-/*
- * The region each type 1 window is bound on.  Unbinding a type 1 window is
- * a bind to zero length, and some providers (rxe) read the lkey of the
- * bind's region even then, so the revocation passes the same region.
- * Lock-free (no lock to order against fork or the others): an entry is
- * claimed with a compare-and-swap; only the window's owner reads it.
- */
-#define MW1_MAX 4096
-static struct {
-	_Atomic(struct ibv_mw *) mw;
-	_Atomic(struct ibv_mr *) mr;
-} mw1[MW1_MAX];
+static struct window *table;
+static size_t cap, used; /* cap: 0 or a power of two */
 
-static int mw1_put(struct ibv_mw *mw, struct ibv_mr *mr)
+static size_t home(const struct ibv_mw *mw)
 {
-	for (size_t i = 0; i < MW1_MAX; i++) {
-		struct ibv_mw *expected = NULL;
-		if (atomic_compare_exchange_strong(&mw1[i].mw, &expected, mw)) {
-			atomic_store(&mw1[i].mr, mr);
-			return 1;
-		}
+	return (size_t)(((uintptr_t)mw >> 4) * 0x9e3779b97f4a7c15ull) & (cap - 1);
+}
+
+static struct window *find(const struct ibv_mw *mw)
+{
+	for (size_t i = cap ? home(mw) : 0, n = 0; n < cap; i = (i + 1) & (cap - 1), n++) {
+		if (table[i].mw == mw)
+			return &table[i];
+		if (!table[i].mw)
+			return NULL;
 	}
+	return NULL;
+}
+
+static void put(struct window w)
+{
+	size_t i = home(w.mw);
+	while (table[i].mw)
+		i = (i + 1) & (cap - 1);
+	table[i] = w;
+	used++;
+}
+
+/* Room for one more at a load of at most 1/2.  0 or ENOMEM. */
+static int reserve(void)
+{
+	if (2 * (used + 1) <= cap)
+		return 0;
+	size_t ncap = cap ? 2 * cap : 64;
+	void *m = mmap(NULL, ncap * sizeof(*table), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		return ENOMEM;
+	struct window *old = table;
+	size_t ocap = cap;
+	table = m;
+	cap = ncap;
+	used = 0;
+	for (size_t i = 0; i < ocap; i++)
+		if (old[i].mw)
+			put(old[i]);
+	if (old)
+		munmap(old, ocap * sizeof(*old));
 	return 0;
 }
 
-/* The region @mw was bound on (NULL if unknown); @forget drops the entry. */
-static struct ibv_mr *mw1_get(struct ibv_mw *mw, int forget)
+/* Remove @w, shifting back the entries its removal would cut off. */
+static void drop(struct window *w)
 {
-	for (size_t i = 0; i < MW1_MAX; i++) {
-		if (atomic_load(&mw1[i].mw) == mw) {
-			struct ibv_mr *mr = atomic_load(&mw1[i].mr);
-			if (forget) {
-				atomic_store(&mw1[i].mr, NULL);
-				atomic_store(&mw1[i].mw, NULL);
-			}
-			return mr;
+	size_t i = (size_t)(w - table);
+	table[i].mw = NULL;
+	used--;
+	for (size_t j = (i + 1) & (cap - 1); table[j].mw; j = (j + 1) & (cap - 1)) {
+		size_t h = home(table[j].mw);
+		/* Entry j may move to the hole at i if its home is not in (i, j]. */
+		if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+			table[i] = table[j];
+			table[j].mw = NULL;
+			i = j;
 		}
 	}
-	return NULL;
+}
+
+void rdmalloc_mw_forget(void)
+{
+	/* A fork child (one thread): the windows and regions are the parent's;
+	 * the chunks' counts are cleared with their registrations. */
+	for (size_t i = 0; i < cap; i++)
+		table[i].mw = NULL;
+	used = 0;
 }
 
 RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *ptr, size_t len,
@@ -72,34 +127,36 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 		errno = EINVAL;
 		return NULL;
 	}
-	struct ibv_mr *mr = rdma_malloc_mr(ptr, len, qp->pd);
-	if (!mr)
-		return NULL; /* errno ENOENT, ERANGE or ENODEV */
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
-	if (!c || !(rdmalloc_heap_access_of(c->heap) & IBV_ACCESS_MW_BIND)) {
-		errno = EPERM;
-		return NULL;
+	struct rdmalloc_chunk *c;
+	struct rdmalloc_reg *r;
+	rdmalloc_pd_lock();
+	int err = rdmalloc_lookup(ptr, len, qp->pd, &c, &r); /* ENOENT, ERANGE or ENODEV */
+	if (!err && !(r->access & IBV_ACCESS_MW_BIND))
+		err = EPERM;
+	if (!err)
+		err = reserve();
+	struct ibv_mw *mw = NULL;
+	if (!err && !(mw = rdmalloc_alloc_mw(qp->pd, type)))
+		err = errno;
+	if (!err) {
+		struct ibv_mr *mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
+		uint32_t rkey = ibv_inc_rkey(mw->rkey);
+		err = rdmalloc_bind_mw(qp, mw, mr, (uintptr_t)ptr, len, access, rkey, wr_id, send_flags);
+		if (err) {
+			rdmalloc_dealloc_mw(mw);
+		} else {
+			if (type == IBV_MW_TYPE_2) /* ibv_bind_mw() does this itself for type 1 */
+				mw->rkey = rkey;
+			put((struct window){ mw, c, (unsigned)(r - c->reg) });
+			r->windows++;
+			STAT_INC(mw_binds);
+		}
 	}
-	struct ibv_mw *mw = rdmalloc_alloc_mw(qp->pd, type);
-	if (!mw)
-		return NULL;
-	if (type == IBV_MW_TYPE_1 && !mw1_put(mw, mr)) {
-		rdmalloc_dealloc_mw(mw);
-		errno = ENOMEM; /* MW1_MAX type 1 windows alive */
-		return NULL;
-	}
-	uint32_t rkey = ibv_inc_rkey(mw->rkey);
-	int err = rdmalloc_bind_mw(qp, mw, mr, (uintptr_t)ptr, len, access, rkey, wr_id, send_flags);
+	rdmalloc_pd_unlock();
 	if (err) {
-		if (type == IBV_MW_TYPE_1)
-			mw1_get(mw, 1);
-		rdmalloc_dealloc_mw(mw);
 		errno = err;
 		return NULL;
 	}
-	if (type == IBV_MW_TYPE_2) /* ibv_bind_mw() does this itself for type 1 */
-		mw->rkey = rkey;
-	STAT_INC(mw_binds);
 	return mw;
 }
 
@@ -111,8 +168,12 @@ RDMA_EXPORT int rdma_malloc_mw_revoke(struct ibv_qp *qp, struct ibv_mw *mw, uint
 	rdmalloc_init();
 	int err;
 	if (mw->type == IBV_MW_TYPE_1) {
-		struct ibv_mr *mr = mw1_get(mw, 0);
+		rdmalloc_pd_lock(); /* the region stays while its window is recorded */
+		struct window *w = find(mw);
+		struct ibv_mr *mr = w ? atomic_load_explicit(&w->chunk->reg[w->slot].mr, memory_order_relaxed)
+				      : NULL;
 		err = rdmalloc_bind_mw(qp, mw, mr, mr ? (uintptr_t)mr->addr : 0, 0, 0, 0, wr_id, send_flags);
+		rdmalloc_pd_unlock();
 	} else {
 		err = rdmalloc_local_inv(qp, mw->rkey, wr_id, send_flags);
 	}
@@ -126,7 +187,13 @@ RDMA_EXPORT int rdma_malloc_mw_free(struct ibv_mw *mw)
 	if (!mw)
 		return 0;
 	rdmalloc_init();
-	if (mw->type == IBV_MW_TYPE_1)
-		mw1_get(mw, 1);
-	return rdmalloc_dealloc_mw(mw);
+	rdmalloc_pd_lock();
+	int err = rdmalloc_dealloc_mw(mw);
+	struct window *w;
+	if (!err && (w = find(mw)) != NULL) { /* a failed dealloc leaves the window bound */
+		w->chunk->reg[w->slot].windows--;
+		drop(w);
+	}
+	rdmalloc_pd_unlock();
+	return err;
 }

@@ -27,8 +27,10 @@
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
+#include "keys.h"
 #include "log.h"
 #include "lock.h"
+#include "pd.h"
 #include "regtable.h"
 #include "stats.h"
 #include "verbs.h"
@@ -149,15 +151,32 @@ bool rdmalloc_odp_purge(extent_hooks_t *self, void *addr, size_t size, size_t of
 	return false;
 }
 
+/* One advice per gigabyte: an ibv_sge carries 32 bits of length. */
+#define PREFETCH_PIECE ((size_t)1 << 30)
+
 RDMA_EXPORT int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd *pd, int write)
 {
 	rdmalloc_init();
-	struct ibv_mr *mr = rdma_malloc_mr(ptr, len, pd);
-	if (!mr)
-		return errno;
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
-	if (!c || !(rdmalloc_heap_flags_of(c->heap) & RDMA_HEAP_ODP))
-		return EINVAL;
-	return rdmalloc_advise_mr(mr->pd, write ? IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE : IBV_ADVISE_MR_ADVICE_PREFETCH,
-				  IBV_ADVISE_MR_FLAG_FLUSH, (void *)ptr, len ? len : 1, mr->lkey);
+	struct rdmalloc_chunk *c;
+	struct rdmalloc_reg *r;
+	/* The PD lock keeps the region and its PD from being replaced or
+	 * detached between the lookup and the advice. */
+	rdmalloc_pd_lock();
+	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
+	if (!err && !(rdmalloc_heap_flags_of(c->heap) & RDMA_HEAP_ODP))
+		err = EINVAL;
+	if (!err) {
+		struct ibv_pd *rpd = atomic_load_explicit(&r->pd, memory_order_relaxed);
+		uint32_t lkey = rdmalloc_keys_lkey(atomic_load_explicit(&r->keys, memory_order_relaxed));
+		int advice = write ? IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE : IBV_ADVISE_MR_ADVICE_PREFETCH;
+		const char *p = ptr;
+		for (size_t left = len ? len : 1; left && !err;) {
+			size_t n = left < PREFETCH_PIECE ? left : PREFETCH_PIECE;
+			err = rdmalloc_advise_mr(rpd, advice, IBV_ADVISE_MR_FLAG_FLUSH, (void *)p, n, lkey);
+			p += n;
+			left -= n;
+		}
+	}
+	rdmalloc_pd_unlock();
+	return err;
 }

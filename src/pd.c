@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "chunk.h"
+#include "mw.h"
 #include "compiler.h"
 #include "init.h"
 #include "log.h"
@@ -48,6 +49,7 @@ void rdmalloc_pd_forget(void)
 	atomic_store_explicit(&default_pd, NULL, memory_order_relaxed);
 	opened_pd = NULL;
 	rdmalloc_chunks_forget_registrations();
+	rdmalloc_mw_forget();
 }
 
 void rdmalloc_pd_init(void)

@@ -14,6 +14,9 @@
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 
 #include "chunk.h"
 #include "heap.h"
@@ -22,6 +25,78 @@
 #include "odp.h"
 #include "options.h"
 #include "pd.h"
+
+/* Key changes, recorded under the PD lock and told to the program after it
+ * is released: its callback may then allocate, look up, create and destroy
+ * heaps or read the stats (which take the heap lock, outside the PD lock)
+ * without deadlocking.  Space comes from mmap, never from an allocator
+ * whose locks we might hold; sized first from the registrations the heap
+ * has, grown with mremap if chunks are created meanwhile. */
+struct key_change {
+	struct ibv_pd *pd;
+	void *addr;
+	size_t len;
+	uint32_t ol, ok, nl, nk;
+	size_t seq; /* order of the changes of one registration */
+};
+
+struct key_changes {
+	struct key_change *v;
+	size_t n, cap;
+	int err; /* ENOMEM: a change could not be recorded */
+};
+
+static int changes_reserve(struct key_changes *kc, size_t cap)
+{
+	size_t bytes = cap * sizeof(*kc->v);
+	void *m = kc->v ? mremap(kc->v, kc->cap * sizeof(*kc->v), bytes, MREMAP_MAYMOVE)
+			: mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return ENOMEM;
+	kc->v = m;
+	kc->cap = cap;
+	return 0;
+}
+
+static void record(void *ctx, struct ibv_pd *pd, void *addr, size_t len, uint32_t ol, uint32_t ok,
+		   uint32_t nl, uint32_t nk)
+{
+	struct key_changes *kc = ctx;
+	if (kc->n == kc->cap && changes_reserve(kc, 2 * kc->cap)) {
+		if (!kc->err)
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "rdma_heap_set_access: no memory to record a key "
+				     "change: the callback misses some (the keys are right in the table)");
+		kc->err = ENOMEM;
+		return;
+	}
+	kc->v[kc->n] = (struct key_change){ pd, addr, len, ol, ok, nl, nk, kc->n };
+	kc->n++;
+}
+
+static int by_region(const void *a, const void *b)
+{
+	const struct key_change *x = a, *y = b;
+	if (x->pd != y->pd)
+		return (uintptr_t)x->pd < (uintptr_t)y->pd ? -1 : 1;
+	if (x->addr != y->addr)
+		return (uintptr_t)x->addr < (uintptr_t)y->addr ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Tell @cb each region's net change (a failed change undone replaces a
+ * region twice, or gives it its old keys back).  No lock held. */
+static void report(struct key_changes *kc, rdma_heap_key_change_fn cb, void *ctx)
+{
+	qsort(kc->v, kc->n, sizeof(*kc->v), by_region);
+	for (size_t i = 0, j; i < kc->n; i = j) {
+		const struct key_change *first = &kc->v[i];
+		for (j = i + 1; j < kc->n && kc->v[j].pd == first->pd && kc->v[j].addr == first->addr; j++)
+			;
+		const struct key_change *last = &kc->v[j - 1];
+		if (last->nl != first->ol || last->nk != first->ok)
+			cb(ctx, first->pd, first->addr, first->len, first->ol, first->ok, last->nl, last->nk);
+	}
+}
 
 RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, unsigned int flags,
 				     rdma_heap_key_change_fn cb, void *ctx)
@@ -38,12 +113,29 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	}
 	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP_IMPLICIT) {
 		/* The shared region's keys reach the whole address space, and
-		 * they are other heaps' keys too: not one heap's to replace. */
-		int e = (access & RDMALLOC_ACCESS_REMOTE) ? EPERM : new_keys ? EOPNOTSUPP : 0;
+		 * they are other heaps' keys too: not one heap's to replace,
+		 * nor to bind windows on. */
+		int e = (access & IBV_ACCESS_MW_BIND)	    ? EINVAL
+			: (access & RDMALLOC_ACCESS_REMOTE) ? EPERM
+			: new_keys			    ? EOPNOTSUPP
+							    : 0;
 		if (e) {
 			rdmalloc_pd_unlock();
 			return e;
 		}
+	}
+	/* A region with a window on it cannot be deregistered (IBA
+	 * 10.6.7.2.6), nor changed in place; the window's owner frees it
+	 * first. */
+	if (rdmalloc_chunks_have_windows(h)) {
+		rdmalloc_pd_unlock();
+		return EBUSY;
+	}
+	/* Every registration may change twice (the change, then its undoing). */
+	struct key_changes kc = { 0 };
+	if (changes_reserve(&kc, 2 * rdmalloc_chunks_count_regs(h) + 16)) {
+		rdmalloc_pd_unlock();
+		return ENOMEM;
 	}
 	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_MW_BIND)
 		access |= IBV_ACCESS_MW_BIND;
@@ -54,13 +146,13 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	rdmalloc_heap_store_access(h, access);
 	rdmalloc_chunks_bump_gen();
 	unsigned long changed = 0;
-	int err = rdmalloc_chunks_rereg(h, access, new_keys, stamp, cb, ctx, &changed);
+	int err = rdmalloc_chunks_rereg(h, access, new_keys, stamp, record, &kc, &changed);
 	if (err) {
 		/* Back to the old flags, in place where possible. */
 		rdmalloc_heap_store_access(h, old);
 		rdmalloc_chunks_bump_gen();
 		stamp = atomic_fetch_add(&rdmalloc_rereg_stamp, 1) + 1;
-		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, cb, ctx, &changed);
+		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, record, &kc, &changed);
 		if (e2)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "changing a heap's access flags failed (%s) and "
 				     "changing them back failed too (%s): its chunks have mixed flags",
@@ -69,5 +161,8 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	if (changed)
 		rdmalloc_heap_bump_key_gen(h);
 	rdmalloc_pd_unlock();
+	if (cb)
+		report(&kc, cb, ctx);
+	munmap(kc.v, kc.cap * sizeof(*kc.v));
 	return err;
 }

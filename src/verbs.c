@@ -146,6 +146,8 @@ static int real_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 
 static int real_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey)
 {
+	if (len > UINT32_MAX) /* an ibv_sge carries 32 bits of length */
+		return EINVAL;
 	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = (uint32_t)len, .lkey = lkey };
 	return ibv_advise_mr(pd, (enum ibv_advise_mr_advice)advice, flags, &sge, 1);
 }

@@ -48,6 +48,30 @@ void fake_reenter_jemalloc(int on)
 	reenter = on;
 }
 
+static size_t reg_malloc_max;
+
+void fake_reg_mallocs(size_t max)
+{
+	reg_malloc_max = max;
+}
+
+static void reg_malloc(void)
+{
+	static void *kept[8];
+	static unsigned n;
+	static pthread_mutex_t kept_mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&kept_mu);
+	unsigned i = n++;
+	pthread_mutex_unlock(&kept_mu);
+	size_t size = 4096 + (size_t)(i * 2654435761u) % reg_malloc_max;
+	char *p = malloc(size);
+	if (p) {
+		p[0] = p[size - 1] = 1;
+		p = __atomic_exchange_n(&kept[i % 8], p, __ATOMIC_ACQ_REL);
+	}
+	free(p);
+}
+
 unsigned long fake_reg_calls(void)
 {
 	pthread_mutex_lock(&mu);
@@ -59,12 +83,35 @@ unsigned long fake_reg_calls(void)
 static pthread_mutex_t block_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t block_cv = PTHREAD_COND_INITIALIZER;
 static int block_state; /* 1 armed, 2 a registration waits, 0 released */
+static struct ibv_pd *block_pd; /* NULL: any */
+static unsigned long pd_calls[4];
 
 void fake_block_next_reg(void)
 {
+	fake_block_next_reg_on(NULL);
+}
+
+void fake_block_next_reg_on(struct ibv_pd *pd)
+{
 	pthread_mutex_lock(&block_mu);
 	block_state = 1;
+	block_pd = pd;
 	pthread_mutex_unlock(&block_mu);
+}
+
+static void count_pd(struct ibv_pd *pd)
+{
+	for (int i = 0; i < 4; i++)
+		if (pd == &pds[i])
+			__atomic_fetch_add(&pd_calls[i], 1, __ATOMIC_SEQ_CST);
+}
+
+unsigned long fake_pd_calls(struct ibv_pd *pd)
+{
+	for (int i = 0; i < 4; i++)
+		if (pd == &pds[i])
+			return __atomic_load_n(&pd_calls[i], __ATOMIC_SEQ_CST);
+	return 0;
 }
 
 void fake_wait_blocked(void)
@@ -90,14 +137,17 @@ static uint32_t odp_general = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
 
 static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
+	count_pd(pd);
 	pthread_mutex_lock(&block_mu);
-	if (block_state == 1) {
+	if (block_state == 1 && (!block_pd || block_pd == pd)) {
 		block_state = 2;
 		pthread_cond_broadcast(&block_cv);
 		while (block_state == 2)
 			pthread_cond_wait(&block_cv, &block_mu);
 	}
 	pthread_mutex_unlock(&block_mu);
+	if (reg_malloc_max)
+		reg_malloc();
 	if (reenter) {
 		/* libibverbs calloc()s the MR and fork-protection nodes here. */
 		void *p = rdmalloc_probe_malloc(48);
@@ -150,6 +200,7 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 
 static int fake_dereg(struct ibv_mr *mr)
 {
+	count_pd(mr->pd);
 	pthread_mutex_lock(&mu);
 	for (size_t i = 0; i < FAKE_MAX_MRS; i++) {
 		if (live[i].mr == mr) {
@@ -382,7 +433,8 @@ static int fake_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 static int fake_advise_mr(struct ibv_pd *pd, int adv, uint32_t flags, void *addr, size_t len, uint32_t lkey)
 {
 	(void)pd;
-	advice = (struct fake_advice){ advice.calls + 1, adv, flags, lkey, addr, len };
+	advice = (struct fake_advice){ advice.calls + 1, adv, flags, lkey, addr, len,
+				       len > advice.max_len ? len : advice.max_len, advice.total_len + len };
 	return odp_general ? 0 : EOPNOTSUPP;
 }
 

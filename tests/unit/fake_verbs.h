@@ -37,6 +37,11 @@ void fake_fail_reg(unsigned long n, unsigned long count);
 /* Also allocate from the private jemalloc inside every registration, as
  * libibverbs does when rdmalloc is the process allocator. */
 void fake_reenter_jemalloc(int on);
+/* Also malloc() (the process allocator: the drop-in's) inside every
+ * registration, buffers of 4 KiB up to @max bytes, the last 8 kept: what
+ * libibverbs does, enlarged so that the allocator must often grow while a
+ * hook runs.  0: off. */
+void fake_reg_mallocs(size_t max);
 unsigned long fake_reg_calls(void);
 size_t fake_live_mrs(void);
 /* The live region of @pd containing @p, or NULL. */
@@ -73,6 +78,10 @@ int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access);
 /* Make the next registration wait, inside the backend, until released:
  * to run something while a chunk is being registered. */
 void fake_block_next_reg(void);
+/* The same, for the next registration with @pd only. */
+void fake_block_next_reg_on(struct ibv_pd *pd);
+/* Registrations and deregistrations made so far with @pd. */
+unsigned long fake_pd_calls(struct ibv_pd *pd);
 void fake_wait_blocked(void);
 void fake_release_reg(void);
 
@@ -84,6 +93,7 @@ struct fake_advice {
 	uint32_t flags, lkey;
 	void *addr;
 	size_t len;
+	size_t max_len, total_len; /* over every call */
 };
 struct fake_advice fake_last_advice(void);
 
