@@ -5,14 +5,17 @@
  * Every thread is bound (jemalloc's thread.arena) to one of the arenas of
  * the preload heap on its first allocation, so the fast path is jemalloc's own
  * malloc with its automatic thread cache.  That cache must only ever hold
- * preload-heap memory, so every other path bypasses it
- * (MALLOCX_TCACHE_NONE):
- *  - before the library is ready (allocations from the dynamic loader,
- *    libc start-up, other constructors, and our own initialisation);
- *  - while the thread is inside one of rdmalloc's verbs calls (libibverbs
- *    allocates inside ibv_reg_mr; serving that from our heap could need a
- *    new chunk and re-enter the registration);
- *  - frees of memory that is in no chunk (the above).
+ * preload-heap memory, so a thread inside one of rdmalloc's verbs calls
+ * bypasses it (MALLOCX_TCACHE_NONE): libibverbs allocates inside
+ * ibv_reg_mr.  What cannot come from a preload chunk comes from nest.c's
+ * allocator, never from jemalloc's own arenas:
+ *  - before the library is ready (the dynamic loader, libc start-up, other
+ *    constructors, our own initialisation), and for a thread that cannot be
+ *    bound;
+ *  - inside one of our extent hooks (nest.c says why).
+ * So every pointer the drop-in returns is in a chunk or in the nest, and
+ * free, realloc and malloc_usable_size of anything else abort with a
+ * message, as glibc's and rdma_free do.
  * Memory of the rdma_* heaps keeps its own per-heap caches (alloc.c).
  * doc/preload.md has the whole story: bootstrap, reentrancy, fork.
  */
@@ -29,6 +32,7 @@
 #include "init.h"
 #include "je.h"
 #include "log.h"
+#include "nest.h"
 #include "options.h"
 #include "preload.h"
 #include "regtable.h"
@@ -147,8 +151,10 @@ static inline int ready_thread(void)
 static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int zero)
 {
 	rdmalloc_fork_register_inner();
+	if (rdmalloc_tl_in_hook || !ready_thread())
+		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
 	int flags = (align ? MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
-	if (!ready_thread() || rdmalloc_tl_in_verbs)
+	if (rdmalloc_tl_in_verbs)
 		flags |= MALLOCX_TCACHE_NONE;
 	void *p = je_mallocx(size ? size : 1, flags);
 	if (!p)
@@ -175,18 +181,29 @@ PRELOAD_API void *calloc(size_t n, size_t size)
 	return alloc_any(total, 0, 1);
 }
 
+/* Neither a chunk's nor the nest's: a bug of the program, which jemalloc
+ * would turn into a crash far from here, or silent corruption. */
+static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, const void *p)
+{
+	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
+}
+
 /* free() of anything outside this thread's last preload chunk. */
 static __attribute__((noinline)) void free_slow(void *p)
 {
 	if (!p)
 		return;
+	if (rdmalloc_nest_owns(p)) {
+		rdmalloc_nest_free(p); /* allocated inside a hook */
+		return;
+	}
 	struct rdmalloc_chunk *c = chunk_of(p);
 	if (likely(c && c->heap == pheap))
 		je_free(p); /* preload memory: the automatic cache may hold it */
 	else if (c)
 		je_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
 	else
-		je_dallocx(p, MALLOCX_TCACHE_NONE); /* unregistered jemalloc memory */
+		not_ours("free", p);
 }
 
 PRELOAD_API void free(void *p)
@@ -205,7 +222,24 @@ PRELOAD_API void cfree(void *p)
 
 static size_t usable(void *p)
 {
+	if (rdmalloc_nest_owns(p))
+		return rdmalloc_nest_usable(p);
+	if (!chunk_of(p))
+		not_ours("malloc_usable_size", p);
 	return je_malloc_usable_size(p);
+}
+
+/* realloc() inside a hook, or of a block allocated inside one: a new block
+ * (from the nest inside a hook, else as malloc), the bytes, the old freed. */
+static __attribute__((noinline)) void *realloc_moving(void *p, size_t size)
+{
+	void *q = rdmalloc_tl_in_hook ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);
+	if (!q)
+		return NULL;
+	size_t old = usable(p);
+	memcpy(q, p, old < size ? old : size);
+	free(p);
+	return q;
 }
 
 PRELOAD_API void *realloc(void *p, size_t size)
@@ -216,12 +250,14 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		free(p);
 		return NULL;
 	}
-	if (likely(fast() && in_last_chunk(p))) {
+	if (likely(fast() && in_last_chunk(p))) { /* never inside a hook, never the nest's */
 		void *q = je_realloc(p, size); /* sets no errno */
 		if (unlikely(!q))
 			errno = ENOMEM;
 		return q;
 	}
+	if (rdmalloc_tl_in_hook || rdmalloc_nest_owns(p))
+		return realloc_moving(p, size);
 	struct rdmalloc_chunk *c = chunk_of(p);
 	if (c && c->heap == pheap) {
 		void *q = likely(fast()) ? je_realloc(p, size) /* sets no errno */
@@ -232,21 +268,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	if (c) /* an rdma_* heap: stay in it */
 		return rdma_realloc(p, size);
-	/* Unregistered memory (from before initialisation): move it into the
-	 * registered heap when this thread can allocate there. */
-	if (!ready_thread()) {
-		void *q = je_rallocx(p, size, MALLOCX_TCACHE_NONE);
-		if (!q)
-			errno = ENOMEM;
-		return q;
-	}
-	void *q = malloc(size);
-	if (!q)
-		return NULL;
-	size_t old = usable(p);
-	memcpy(q, p, old < size ? old : size);
-	je_dallocx(p, MALLOCX_TCACHE_NONE);
-	return q;
+	not_ours("realloc", p);
 }
 
 PRELOAD_API void *reallocarray(void *p, size_t n, size_t size)

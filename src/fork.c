@@ -16,8 +16,8 @@
  * No thread holds a jemalloc lock while it waits for an outer lock, and no
  * thread holding an inner lock allocates: so each group can wait for its
  * holders.  The one jemalloc lock held across our code is an arena's growth
- * lock, around the alloc hook; what the hook's verbs calls allocate goes to
- * an arena that jemalloc's prefork locks after it (doc/design.md).
+ * lock, around the alloc hook; what the hook's verbs calls allocate does not
+ * reach jemalloc (preload/nest.c, doc/design.md).
  * The child keeps working memory but none of the parent's registrations:
  * they name the parent's pages, and deregistering them through the
  * inherited verbs context would take them from the parent.

@@ -15,7 +15,12 @@
  *    allocation, ever straddles two registrations;
  *  - commit: memory is always committed, nothing to do.
  * Hooks never call mallctl (jemalloc may hold ctl_mtx around them) and never
- * allocate from jemalloc.
+ * allocate from jemalloc themselves.  What they call may (libibverbs, libc):
+ * alloc and destroy mark the thread as inside a hook for their whole run
+ * (RDMALLOC_TL_IN_HOOK), and the drop-in serves those allocations outside
+ * jemalloc (preload/nest.c), whose arena 0 they would otherwise reach with
+ * our arena's grow_mtx held: fork() takes arena 0's locks first, then
+ * waits for that one (issue 10, item 1).
  */
 #include "hooks.h"
 
@@ -25,6 +30,7 @@
 #include "heap.h"
 #include "regtable.h"
 #include "stats.h"
+#include "verbs.h"
 
 static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_t alignment,
 			bool *zero, bool *commit, unsigned arena_ind)
@@ -32,7 +38,9 @@ static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_
 	(void)arena_ind;
 	if (new_addr) /* growing in place at a given address: not ours to give */
 		return NULL;
+	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
 	struct rdmalloc_chunk *c = rdmalloc_chunk_create(rdmalloc_heap_of_hooks(self), size, alignment);
+	rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;
 	if (!c)
 		return NULL;
 	*zero = true; /* fresh anonymous mapping */
@@ -55,7 +63,9 @@ static bool hook_dalloc(extent_hooks_t *self, void *addr, size_t size, bool comm
 static void hook_destroy(extent_hooks_t *self, void *addr, size_t size, bool committed, unsigned arena_ind)
 {
 	(void)self, (void)committed, (void)arena_ind;
+	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
 	rdmalloc_chunk_destroyed(addr, size);
+	rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;
 }
 
 static bool hook_commit(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,

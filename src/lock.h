@@ -27,7 +27,8 @@
 	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD slots, creators")  \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
 	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
-	X(ELIDED, INNER, "the drop-in's elided regions and the PDs it attached")
+	X(ELIDED, INNER, "the drop-in's elided regions and the PDs it attached")            \
+	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")
 
 enum rdmalloc_lock_id {
 #define RDMALLOC_LOCK_ID_(id, group, what) RDMALLOC_LOCK_##id,

@@ -60,11 +60,18 @@ struct rdmalloc_verbs_ops {
  * ibv_reg_mr calls straight to libibverbs.
  */
 struct rdmalloc_tl_state {
-	int in_verbs; /* rdmalloc_tl_in_verbs */
+	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
 	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed */
 };
 extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 #define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
+/* An extent hook of ours is running on this thread: jemalloc may hold one of
+ * its arena locks, and serves any allocation from arena 0 whatever the
+ * flags ask (its reentrancy rule), so the drop-in serves them elsewhere
+ * (preload/nest.c).  Hooks add it to in_verbs, which makes the drop-in's
+ * fast path bail out as a verbs call does. */
+#define RDMALLOC_TL_IN_HOOK 0x10000
+#define rdmalloc_tl_in_hook (rdmalloc_tl.in_verbs >= RDMALLOC_TL_IN_HOOK)
 /* The drop-in's fast path reads both words at once: one TLS compare. */
 _Static_assert(sizeof(struct rdmalloc_tl_state) == sizeof(uint64_t) &&
 		       offsetof(struct rdmalloc_tl_state, bound) == 4,

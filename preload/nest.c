@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nest.c - the drop-in's allocator for code running inside an extent hook.
+ *
+ * Our alloc hook registers the chunk it maps, and libibverbs allocates
+ * inside ibv_reg_mr.  jemalloc calls the hook with the arena's grow_mtx
+ * held, and serves every allocation made meanwhile from arena 0 whatever
+ * its flags ask (its reentrancy rule).  fork() takes arena 0's grow_mtx
+ * before the hooked arena's: it would wait for the hook, and the hook for
+ * it.  So allocations inside a hook never reach jemalloc: they come from
+ * here, a reserved range of address space carved into power-of-two blocks
+ * with one free list per size, under the NEST lock, which fork() takes
+ * only after jemalloc's (an inner lock).  free(), realloc() and
+ * malloc_usable_size() tell its blocks by address, wherever they run.
+ *
+ * What comes here is small and rare (a region's descriptor per chunk
+ * registration), so simplicity beats speed: blocks are never given back to
+ * the kernel, only reused.  Running out of the range is ENOMEM, logged once
+ * and counted as a fallback.
+ */
+#include "nest.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "lock.h"
+#include "log.h"
+#include "stats.h"
+
+#define SPAN RDMALLOC_NEST_SPAN /* of address space; pages are touched as used */
+#define HDR 16                 /* before each block's user pointer: class and offset */
+#define MIN_CLASS 5            /* 32-byte blocks */
+#define CLASSES 35             /* up to the whole span */
+
+uintptr_t rdmalloc_nest_base;                 /* set once, under the lock */
+static uintptr_t top, end;                    /* bump pointer and the range's end (lock) */
+static void *free_list[CLASSES];              /* (lock) */
+
+struct hdr {
+	uint32_t cls;    /* block of 1 << cls bytes */
+	uint32_t offset; /* user pointer - block */
+	uint64_t unused;
+};
+
+static int reserve(void)
+{
+	void *m = mmap(NULL, SPAN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return -1;
+	top = (uintptr_t)m;
+	end = top + SPAN;
+	__atomic_store_n(&rdmalloc_nest_base, (uintptr_t)m, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static void *block_get(unsigned cls)
+{
+	void *b = NULL;
+	rdmalloc_lock(RDMALLOC_LOCK_NEST);
+	if (free_list[cls]) {
+		b = free_list[cls];
+		memcpy(&free_list[cls], b, sizeof(void *));
+	} else if (end || reserve() == 0) {
+		/* Blocks of a page or more start on a page: fewer pages touched. */
+		size_t size = (size_t)1 << cls, a = size < 4096 ? size : 4096;
+		uintptr_t at = (top + a - 1) & ~(uintptr_t)(a - 1);
+		if (at + size <= end) {
+			b = (void *)at;
+			top = at + size;
+		}
+	}
+	rdmalloc_unlock(RDMALLOC_LOCK_NEST);
+	return b;
+}
+
+void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
+{
+	if (align < HDR)
+		align = HDR;
+	unsigned cls = MIN_CLASS;
+	/* Room for the header and the alignment: the user pointer is the
+	 * first multiple of @align at least HDR bytes into the block. */
+	while (cls < CLASSES && ((size_t)1 << cls) < size + align + HDR)
+		cls++;
+	char *b = cls < CLASSES && size < SPAN ? block_get(cls) : NULL;
+	if (!b) {
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_ERROR, "the allocator for code inside extent hooks is out "
+				  "of space: an allocation of %zu bytes there fails with ENOMEM", size);
+		errno = ENOMEM;
+		return NULL;
+	}
+	uintptr_t user = ((uintptr_t)b + HDR + align - 1) & ~(uintptr_t)(align - 1);
+	struct hdr h = { cls, (uint32_t)(user - (uintptr_t)b), 0 };
+	memcpy((void *)(user - HDR), &h, sizeof(h));
+	if (zero)
+		memset((void *)user, 0, size); /* a reused block holds old bytes */
+	return (void *)user;
+}
+
+static struct hdr hdr_of(const void *p)
+{
+	struct hdr h;
+	memcpy(&h, (const char *)p - HDR, sizeof(h));
+	return h;
+}
+
+void rdmalloc_nest_free(void *p)
+{
+	struct hdr h = hdr_of(p);
+	void *b = (char *)p - h.offset;
+	rdmalloc_lock(RDMALLOC_LOCK_NEST);
+	memcpy(b, &free_list[h.cls], sizeof(void *));
+	free_list[h.cls] = b;
+	rdmalloc_unlock(RDMALLOC_LOCK_NEST);
+}
+
+size_t rdmalloc_nest_usable(const void *p)
+{
+	struct hdr h = hdr_of(p);
+	return ((size_t)1 << h.cls) - h.offset;
+}
