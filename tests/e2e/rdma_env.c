@@ -3,11 +3,16 @@
 #include "rdma_env.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rdma_malloc.h"
 
@@ -568,4 +573,38 @@ size_t e2e_check_const(const void *buf, size_t len, uint8_t c, size_t *ndiff)
 	if (ndiff)
 		*ndiff = n;
 	return first;
+}
+
+void e2e_exec_memlock_child(const char *exe, const char *mode, unsigned long long limit, int setup_status)
+{
+	struct rlimit rl = { (rlim_t)limit, (rlim_t)limit };
+	if (setrlimit(RLIMIT_MEMLOCK, &rl)) {
+		dprintf(1, "child: setrlimit(RLIMIT_MEMLOCK, %llu): %s\n", limit, strerror(errno));
+		_exit(setup_status);
+	}
+	if (geteuid() == 0 && prctl(PR_CAPBSET_DROP, CAP_IPC_LOCK, 0, 0, 0)) {
+		dprintf(1, "child: dropping CAP_IPC_LOCK from the bounding set: %s\n", strerror(errno));
+		_exit(setup_status);
+	}
+	setenv("RDMALLOC_E2E_CHILD", mode, 1);
+	execl(exe, exe, (char *)NULL);
+	dprintf(1, "child: exec %s: %s\n", exe, strerror(errno));
+	_exit(setup_status);
+}
+
+int e2e_ipc_lock_effective(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return -1;
+	char line[256];
+	int r = -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "CapEff:", 7) == 0) {
+			unsigned long long eff = strtoull(line + 7, NULL, 16);
+			r = (eff >> CAP_IPC_LOCK) & 1;
+			break;
+		}
+	fclose(f);
+	return r;
 }

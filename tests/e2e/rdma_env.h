@@ -115,4 +115,18 @@ size_t e2e_check_const(const void *buf, size_t len, uint8_t c, size_t *ndiff);
 
 #define E2E_NO_DIFF ((size_t)-1)
 
+/*
+ * Memlock children.  Root's CAP_IPC_LOCK ignores RLIMIT_MEMLOCK, so a
+ * child started by root drops that capability from its bounding set (its
+ * exec then cannot have it) instead of becoming another user, who might
+ * not be able to reach the executable (a clone under /root, 0700).
+ * e2e_exec_memlock_child: in a fork child, set RLIMIT_MEMLOCK to @limit,
+ * drop CAP_IPC_LOCK, set RDMALLOC_E2E_CHILD=@mode and exec @exe; on any
+ * failure, say why on stdout (unbuffered) and _exit(@setup_status).
+ * e2e_ipc_lock_effective: 1 if this process still has CAP_IPC_LOCK (the
+ * child checks it before trusting the limit), 0 if not, -1 unknown.
+ */
+void e2e_exec_memlock_child(const char *exe, const char *mode, unsigned long long limit, int setup_status);
+int e2e_ipc_lock_effective(void);
+
 #endif

@@ -23,5 +23,10 @@ run "real clients (ibv_rc_pingpong, perftest)" "$here/smoke.sh"
 run "allocation ABI at random under the drop-in" env LD_PRELOAD="$build/preload/librdmalloc-preload.so" \
 	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/abi_random" 300000 4
 run "real clients under the drop-in (elision)" "$build/tests/preload/guest-clients.sh" "$build"
+# fork() while threads grow heaps, attach and detach a second PD, change a
+# heap's access and look keys up, with real registrations; API and drop-in.
+run "fork torture (API)" "$build/tests/preload/fork_torture" api 40
+run "fork torture (drop-in)" env LD_PRELOAD="$build/preload/librdmalloc-preload.so" \
+	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/fork_torture" malloc 40
 echo "guest: $passed passed, $failed failed"
 [ "$failed" = 0 ]

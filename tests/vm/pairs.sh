@@ -49,8 +49,22 @@ listening() {
 # run_pair NAME PORT CMD [ARGS...]: start "${wrap[@]} CMD ARGS -p PORT" as a
 # server, wait for it to listen, run the client (same, plus 127.0.0.1),
 # retrying only a refused connection.  Both must exit 0.  Logs:
-# $logdir/NAME.{server,client} (stdout) and .err (stderr).
+# $logdir/NAME.{server,client} (stdout) and .err (stderr).  perftest
+# refuses to report when its cycle counter does not calibrate (r^2 < 0.9,
+# a loaded 2-core guest): that pair, and only that, runs again (twice at
+# most), saying so.
 run_pair() {
+	local try
+	for try in 1 2 3; do
+		run_pair_once "$@" && return 0
+		grep -q "Can't produce a report" "$logdir/$1.client.err" "$logdir/$1.server.err" 2>/dev/null ||
+			return 1
+		((try < 3)) && echo "# $1: perftest could not calibrate its clock (Can't produce a report): again"
+	done
+	return 1
+}
+
+run_pair_once() {
 	local name=$1 port=$2 srv_pid i rc=1 src=1
 	shift 2
 	local slog=$logdir/$name.server clog=$logdir/$name.client
@@ -81,9 +95,13 @@ run_pair() {
 		ok "$name${note:+ $note}"
 		# One result line for the record: perftest's table row, pingpong's rate.
 		grep -hE '^ *[0-9]+ +[0-9]+ +[0-9.]+|bytes in .* seconds' "$clog" | tail -n 1 | sed 's/^ */#   /'
-	else
-		fail "$name${note:+ $note} (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
+		return 0
 	fi
+	if grep -q "Can't produce a report" "$clog.err" "$slog.err" 2>/dev/null && ((${try:-3} < 3)); then
+		return 1 # run_pair runs it again
+	fi
+	fail "$name${note:+ $note} (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
+	return 1
 }
 
 # device_up DEV: rxe is there and its port active (else a FAIL).
