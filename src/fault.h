@@ -14,11 +14,8 @@
  *            a failed deregistration leaves the region registered, exactly
  *            as when the real call fails;
  *  MMAP      the mmap() of a chunk in map_aligned();
- *  HUGEPAGE  placeholder: no code allocates huge-page chunks yet, so nothing
- *            calls it.  When huge-page chunks exist, their allocation must
- *            call rdmalloc_fault_hit(RDMALLOC_FAULT_HUGEPAGE, ...) and fall
- *            back as documented; tests/fault sweeps it already and reports
- *            that it is never reached.
+ *  HUGEPAGE  the hugetlbfs mmap() of a huge-page chunk in hugetlb_map()
+ *            (hugepage.c): a failure falls back as doc/modes.md says.
  */
 #ifndef RDMALLOC_FAULT_H
 #define RDMALLOC_FAULT_H
