@@ -115,8 +115,9 @@ size_t rdma_malloc_usable_size(const void *ptr);
  * (two table levels and the chunk descriptor), and a per-thread counter
  * (a thread's first lookup, and its exit, take the counters' list lock
  * once).  Safe while other threads allocate, free, attach, detach or change
- * access flags: the lkey and rkey returned are always one region's pair.
- * @len 0 is treated as 1.
+ * access flags: the lkey and rkey returned are always one region's pair,
+ * of a region of @pd; a lookup that overlaps the attach or detach of @pd
+ * returns its keys or ENODEV.  @len 0 is treated as 1.
  *
  * A region covers one whole chunk of one heap, so a key grants the peer
  * access to the whole chunk, not only to [ptr, ptr+len).  Give remote access
@@ -434,6 +435,9 @@ int rdma_malloc_mw_revoke(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id,
 /**
  * rdma_malloc_mw_free - deallocate @mw (ibv_dealloc_mw(); it also ends any
  * binding).  NULL is a no-op.  Return: 0 or the errno of ibv_dealloc_mw().
+ * A window of rdma_malloc_mw_grant() must be freed here, not with a plain
+ * ibv_dealloc_mw(), which the library does not see: its region would stay
+ * held (EBUSY) for good.
  */
 int rdma_malloc_mw_free(struct ibv_mw *mw);
 

@@ -112,11 +112,29 @@ void *rdmalloc_map_aligned(size_t size, size_t align)
 	return p;
 }
 
+/* A change of the PD a registration belongs to (its writers are
+ * serialised) is bracketed by its sequence, odd meanwhile: a lock-free
+ * reader never pairs a PD with cleared keys or another PD's (keys.c). */
+static void reg_change_begin(struct rdmalloc_reg *r)
+{
+	unsigned q = atomic_load_explicit(&r->seq, memory_order_relaxed);
+	atomic_store_explicit(&r->seq, q + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static void reg_change_end(struct rdmalloc_reg *r)
+{
+	unsigned q = atomic_load_explicit(&r->seq, memory_order_relaxed);
+	atomic_store_explicit(&r->seq, q + 1, memory_order_release);
+}
+
 static void reg_clear(struct rdmalloc_reg *r)
 {
+	reg_change_begin(r);
 	atomic_store_explicit(&r->pd, NULL, memory_order_release);
 	atomic_store_explicit(&r->mr, NULL, memory_order_relaxed);
 	atomic_store_explicit(&r->keys, 0, memory_order_relaxed);
+	reg_change_end(r);
 }
 
 /* Chunks of implicit ODP heaps have no region of their own: they use their
@@ -169,8 +187,10 @@ static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 	if (!mr)
 		return errno ? errno : ENOMEM;
 	struct rdmalloc_reg *r = &c->reg[slot];
+	reg_change_begin(r);
 	slot_publish(r, mr, access, stamp);
 	atomic_store_explicit(&r->pd, pd, memory_order_release);
+	reg_change_end(r);
 	return 0;
 }
 

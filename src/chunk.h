@@ -29,6 +29,7 @@ struct rdmalloc_reg {
 	unsigned access;  /* the flags it was registered with (PD-lock holders and its creator) */
 	unsigned stamp;   /* rdmalloc_rereg_stamp when registered (rereg.c) */
 	unsigned windows; /* memory windows allocated on it (PD lock): it may not be replaced */
+	_Atomic unsigned seq; /* odd while its PD changes: lock-free readers check it (keys.c) */
 };
 
 static inline uint32_t rdmalloc_keys_lkey(uint64_t keys)

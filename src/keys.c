@@ -46,29 +46,53 @@ int rdmalloc_lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct rdmal
  */
 #endif
 
-RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd)
+/*
+ * The keys and region of [ptr, ptr+len) with @pd, read as one with the PD
+ * their registration belongs to: a read that overlapped a change of that
+ * PD (chunk.c brackets it with reg->seq) answers ENODEV, which is right
+ * for a lookup concurrent with the attach or detach.  Wait-free.
+ */
+static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys, struct ibv_mr **mr)
 {
 	struct rdmalloc_chunk *c;
 	struct rdmalloc_reg *r;
+	if (!pd)
+		pd = rdmalloc_pd_default(); /* NULL: rdmalloc_lookup says why */
 	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
+	if (err)
+		return err;
+	unsigned q = atomic_load_explicit(&r->seq, memory_order_acquire);
+	struct ibv_pd *owner = atomic_load_explicit(&r->pd, memory_order_relaxed);
+	*keys = atomic_load_explicit(&r->keys, memory_order_relaxed); /* lkey and rkey: one unit */
+	*mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
+	atomic_thread_fence(memory_order_acquire);
+	if ((q & 1) || atomic_load_explicit(&r->seq, memory_order_relaxed) != q || owner != pd || !*mr)
+		return ENODEV;
+	return 0;
+}
+
+RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd)
+{
+	uint64_t keys;
+	struct ibv_mr *mr;
+	int err = lookup_keys(ptr, len, pd, &keys, &mr);
 	rdmalloc_stat_lookup(!err);
 	if (err) {
 		errno = err;
 		return NULL;
 	}
-	return atomic_load_explicit(&r->mr, memory_order_relaxed);
+	return mr;
 }
 
 RDMA_EXPORT int rdma_malloc_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint32_t *lkey,
 				 uint32_t *rkey)
 {
-	struct rdmalloc_chunk *c;
-	struct rdmalloc_reg *r;
-	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
+	uint64_t keys;
+	struct ibv_mr *mr;
+	int err = lookup_keys(ptr, len, pd, &keys, &mr);
 	rdmalloc_stat_lookup(!err);
 	if (err)
 		return err;
-	uint64_t keys = atomic_load_explicit(&r->keys, memory_order_acquire); /* one unit */
 	if (lkey)
 		*lkey = rdmalloc_keys_lkey(keys);
 	if (rkey)

@@ -100,9 +100,14 @@ RDMA_EXPORT int rdma_malloc_detach_pd(struct ibv_pd *pd)
 		return ENODEV;
 	rdmalloc_init();
 	rdmalloc_pd_lock();
-	if (pd == rdmalloc_pd_default())
-		atomic_store_explicit(&default_pd, NULL, memory_order_release);
 	int err = rdmalloc_chunks_detach(pd);
+	/* Only a detach that took the PD's slot takes the default away: a
+	 * failed deregistration detaches all the same, EBUSY does not. */
+	int still = 0;
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		still |= rdmalloc_pd_slot(s) == pd;
+	if (!still && pd == rdmalloc_pd_default())
+		atomic_store_explicit(&default_pd, NULL, memory_order_release);
 	rdmalloc_pd_unlock();
 	return err;
 }

@@ -23,6 +23,23 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_mr_info live[FAKE_MAX_MRS];
 static unsigned long calls, fail_from, fail_count;
 static uint32_t next_key = 0x100;
+/* The PD each lkey was issued for, kept after deregistration (lkeys are
+ * issued in order from 0x100, two keys per region). */
+#define KEY_HISTORY (1u << 20)
+static struct ibv_pd *key_pd[KEY_HISTORY];
+
+static void issue_keys(struct ibv_mr *mr, struct ibv_pd *pd)
+{
+	mr->lkey = next_key++;
+	mr->rkey = 0x80000000u | next_key++;
+	if (mr->lkey < KEY_HISTORY)
+		__atomic_store_n(&key_pd[mr->lkey], pd, __ATOMIC_RELEASE);
+}
+
+struct ibv_pd *fake_pd_of_lkey(uint32_t lkey)
+{
+	return lkey < KEY_HISTORY ? __atomic_load_n(&key_pd[lkey], __ATOMIC_ACQUIRE) : NULL;
+}
 static int reenter;
 
 struct ibv_pd *fake_pd(int i)
@@ -182,8 +199,7 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 	mr->pd = pd;
 	mr->addr = addr;
 	mr->length = len;
-	mr->lkey = next_key++;
-	mr->rkey = 0x80000000u | next_key++;
+	issue_keys(mr, pd);
 	live[i] = (struct fake_mr_info){ mr, pd, addr, len, access };
 	pthread_mutex_unlock(&mu);
 	if (access & IBV_ACCESS_ON_DEMAND)
@@ -261,8 +277,7 @@ static int fake_rereg(struct ibv_mr *mr, unsigned int access, int *broken)
 	} else {
 		m->access = access;
 		if (rereg_mode == FAKE_REREG_NEW_KEYS) {
-			mr->lkey = next_key++;
-			mr->rkey = 0x80000000u | next_key++;
+			issue_keys(mr, mr->pd);
 		}
 	}
 	pthread_mutex_unlock(&mu);

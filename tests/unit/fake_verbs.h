@@ -80,6 +80,9 @@ int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access);
 void fake_block_next_reg(void);
 /* The same, for the next registration with @pd only. */
 void fake_block_next_reg_on(struct ibv_pd *pd);
+/* The PD the region with @lkey was registered with, alive or not (NULL:
+ * never issued). */
+struct ibv_pd *fake_pd_of_lkey(uint32_t lkey);
 /* Registrations and deregistrations made so far with @pd. */
 unsigned long fake_pd_calls(struct ibv_pd *pd);
 void fake_wait_blocked(void);

@@ -117,6 +117,75 @@ Test(defects, item3_detach_waits_for_creators, .timeout = 60)
 	rdma_free(big);
 }
 
+/* ---- item 3, the same class: a detach that fails, a lookup racing one ---- */
+
+/* A detach refused with EBUSY changes nothing: the default PD stays the
+ * default.  4a272f5 cleared it before the window check, so lookups with
+ * NULL failed with ENODEV after the refusal. */
+Test(defects, item3_refused_detach_keeps_the_default_pd, .init = cr_redirect_stderr)
+{
+	struct ibv_qp qp = { .pd = fake_pd(0) };
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_MW_BIND });
+	cr_assert(h);
+	char *buf = rdma_heap_malloc(h, 4096);
+	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp, buf, 100, RR, IBV_MW_TYPE_2, 1, 0);
+	cr_assert(mw, "grant: %s", strerror(errno));
+	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(0)), EBUSY);
+	cr_assert_eq(rdma_malloc_default_pd(), fake_pd(0), "a refused detach took the default PD away");
+	cr_assert_eq(rdma_malloc_keys(buf, 1, NULL, NULL, NULL), 0);
+	cr_assert_eq(rdma_malloc_mw_free(mw), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+static atomic_int flipping;
+
+/* P and Q take turns in the same PD slot. */
+static void *flip_pds(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 20000 && atomic_load(&flipping); i++) {
+		struct ibv_pd *pd = fake_pd(1 + (i & 1));
+		cr_assert_eq(rdma_malloc_attach_pd(pd), 0);
+		cr_assert_eq(rdma_malloc_detach_pd(pd), 0);
+	}
+	atomic_store(&flipping, 0);
+	return NULL;
+}
+
+/* A lookup with P while P is detached and P or Q attached in its slot
+ * answers P's keys or ENODEV: never no keys (0), never Q's.  4a272f5 read
+ * the slot's PD, then its keys: in between they could be cleared or
+ * another PD's. */
+Test(defects, item3_lookup_racing_detach_gives_keys_of_its_pd, .timeout = 120)
+{
+	char *buf = rdma_malloc(64);
+	cr_assert(buf);
+	struct ibv_pd *p = fake_pd(1);
+	atomic_store(&flipping, 1);
+	pthread_t t;
+	pthread_create(&t, NULL, flip_pds, NULL);
+	unsigned long found = 0, bad = 0;
+	uint32_t bad_l = 0, bad_k = 0;
+	while (atomic_load(&flipping)) {
+		uint32_t l = 0, k = 0;
+		int err = rdma_malloc_keys(buf, 1, p, &l, &k);
+		if (err) {
+			cr_assert_eq(err, ENODEV);
+			continue;
+		}
+		found++;
+		if (fake_pd_of_lkey(l) != p || k != (0x80000000u | (l + 1))) {
+			bad++;
+			bad_l = l, bad_k = k;
+		}
+	}
+	pthread_join(t, NULL);
+	cr_assert_eq(bad, 0, "%lu of %lu lookups with P gave keys not P's (e.g. lkey %#x rkey %#x)", bad, found,
+		     bad_l, bad_k);
+	cr_assert(found > 0, "no lookup ever overlapped an attachment");
+	rdma_free(buf);
+}
+
 /* ---- item 5: the key-change callback and the library's locks ---- */
 
 static rdma_heap_t *victim;
