@@ -64,19 +64,34 @@ static void *real(const char *name, const char *version)
 
 #define OPTIONAL_ACCESS ((unsigned int)IBV_ACCESS_OPTIONAL_RANGE)
 
-/* A copy of the chunk's region for [addr, addr+len) with @pd: 0 or
- * rdmalloc_lookup's errno.  The copy is made under the PD lock, which
- * every replacement and deregistration of a published region holds. */
-static int copy_chunk_mr(void *addr, size_t len, struct ibv_pd *pd, struct ibv_mr *out)
+/* A copy of the chunk's region for [addr, addr+len) with @pd, if it was
+ * registered with every flag of @access: 0, EACCES or rdmalloc_lookup's
+ * errno.  Checked and copied under the PD lock, which every access change,
+ * replacement and deregistration of a published region holds. */
+static int copy_chunk_mr(void *addr, size_t len, struct ibv_pd *pd, unsigned int access, struct ibv_mr *out)
 {
 	struct rdmalloc_chunk *c;
 	struct rdmalloc_reg *r;
 	rdmalloc_pd_lock();
 	int err = rdmalloc_lookup(addr, len, pd, &c, &r);
+	if (!err && (access & ~OPTIONAL_ACCESS & ~r->access))
+		err = EACCES;
 	if (!err)
 		*out = *atomic_load_explicit(&r->mr, memory_order_relaxed);
 	rdmalloc_pd_unlock();
 	return err;
+}
+
+/* Elision attached @pd: ibv_dealloc_pd detaches it. */
+static void remember_attached(struct ibv_pd *pd)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
+	for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
+		if (!attached_by_us[i]) {
+			attached_by_us[i] = pd;
+			break;
+		}
+	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 }
 
 /* The elided region for [addr, addr+len), or NULL when not eligible. */
@@ -88,21 +103,15 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	if (!c || len > c->size - ((uintptr_t)addr - c->base))
 		return NULL;
 	if ((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap))
-		return NULL;
+		return NULL; /* early: copy_chunk_mr decides */
 	struct elided *e = calloc(1, sizeof(*e)); /* before any lock: it may enter a hook */
 	if (!e)
 		return NULL;
-	int err = copy_chunk_mr(addr, len, pd, &e->mr);
+	int err = copy_chunk_mr(addr, len, pd, access, &e->mr);
 	if (err == ENODEV) {
 		err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
 		if (!err) {
-			rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
-			for (int i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
-				if (!attached_by_us[i]) {
-					attached_by_us[i] = pd;
-					break;
-				}
-			rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
+			remember_attached(pd);
 		}
 		if (err && err != EEXIST) {
 			rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
@@ -110,7 +119,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 			free(e);
 			return NULL;
 		}
-		err = copy_chunk_mr(addr, len, pd, &e->mr);
+		err = copy_chunk_mr(addr, len, pd, access, &e->mr);
 	}
 	if (err) {
 		free(e);
@@ -212,6 +221,10 @@ PRELOAD_API int ibv_dealloc_pd(struct ibv_pd *pd)
 		return EBUSY;
 	if (ours >= 0) {
 		int err = rdma_malloc_detach_pd(pd);
+		if (err == EBUSY) { /* a window on it: still attached, and still ours */
+			remember_attached(pd);
+			return EBUSY;
+		}
 		if (err)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "detaching the program's PD before ibv_dealloc_pd: %s",
 				     strerror(err));

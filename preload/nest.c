@@ -38,9 +38,8 @@ static uintptr_t top, end;                    /* bump pointer and the range's en
 static void *free_list[CLASSES];              /* (lock) */
 
 struct hdr {
-	uint32_t cls;    /* block of 1 << cls bytes */
-	uint32_t offset; /* user pointer - block */
-	uint64_t unused;
+	uint64_t cls;    /* block of 1 << cls bytes */
+	uint64_t offset; /* user pointer - block: up to the span, alignment included */
 };
 
 static int reserve(void)
@@ -74,25 +73,31 @@ static void *block_get(unsigned cls)
 	return b;
 }
 
+static void *nest_full(size_t size)
+{
+	STAT_INC(fallbacks);
+	rdmalloc_log_once(RDMALLOC_LOG_ERROR, "the allocator for code inside extent hooks is out "
+			  "of space: an allocation of %zu bytes there fails with ENOMEM", size);
+	errno = ENOMEM;
+	return NULL;
+}
+
 void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 {
 	if (align < HDR)
 		align = HDR;
+	if (size >= SPAN || align >= SPAN) /* and no overflow below */
+		return nest_full(size);
 	unsigned cls = MIN_CLASS;
 	/* Room for the header and the alignment: the user pointer is the
 	 * first multiple of @align at least HDR bytes into the block. */
 	while (cls < CLASSES && ((size_t)1 << cls) < size + align + HDR)
 		cls++;
-	char *b = cls < CLASSES && size < SPAN ? block_get(cls) : NULL;
-	if (!b) {
-		STAT_INC(fallbacks);
-		rdmalloc_log_once(RDMALLOC_LOG_ERROR, "the allocator for code inside extent hooks is out "
-				  "of space: an allocation of %zu bytes there fails with ENOMEM", size);
-		errno = ENOMEM;
-		return NULL;
-	}
+	char *b = cls < CLASSES ? block_get(cls) : NULL;
+	if (!b)
+		return nest_full(size);
 	uintptr_t user = ((uintptr_t)b + HDR + align - 1) & ~(uintptr_t)(align - 1);
-	struct hdr h = { cls, (uint32_t)(user - (uintptr_t)b), 0 };
+	struct hdr h = { cls, user - (uintptr_t)b };
 	memcpy((void *)(user - HDR), &h, sizeof(h));
 	if (zero)
 		memset((void *)user, 0, size); /* a reused block holds old bytes */

@@ -54,10 +54,10 @@ struct rdmalloc_verbs_ops {
 
 /*
  * Non-zero while this thread is inside a verbs call made by rdmalloc.  The
- * LD_PRELOAD drop-in then serves the thread's mallocs (libibverbs allocates
- * inside ibv_reg_mr) from jemalloc's own arenas, never from a heap whose
- * growth would re-enter the registration code, and passes its own
- * ibv_reg_mr calls straight to libibverbs.
+ * LD_PRELOAD drop-in then bypasses its thread cache (libibverbs allocates
+ * inside ibv_reg_mr), serves allocations made inside an extent hook from
+ * its nest (preload/nest.c), and passes its own ibv_reg_mr calls straight
+ * to libibverbs.
  */
 struct rdmalloc_tl_state {
 	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
