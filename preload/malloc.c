@@ -4,15 +4,15 @@
  *
  * Every thread is bound (jemalloc's thread.arena) to one of the arenas of
  * the preload heap on its first allocation, so the fast path is jemalloc's own
- * malloc with its automatic thread cache.  That cache must only ever hold
- * preload-heap memory, so a thread inside one of rdmalloc's verbs calls
- * bypasses it (MALLOCX_TCACHE_NONE): libibverbs allocates inside
- * ibv_reg_mr.  What cannot come from a preload chunk comes from nest.c's
- * allocator, never from jemalloc's own arenas:
+ * malloc with its automatic thread cache.  What cannot come from a preload
+ * chunk comes from nest.c's allocator, never from jemalloc's own arenas:
  *  - before the library is ready (the dynamic loader, libc start-up, other
  *    constructors, our own initialisation), and for a thread that cannot be
  *    bound;
- *  - inside one of our extent hooks (nest.c says why).
+ *  - inside one of rdmalloc's verbs calls (libibverbs allocates in
+ *    ibv_reg_mr), hooks included: such a thread may hold a lock of
+ *    libibverbs or a provider, or jemalloc's growth lock, that another
+ *    thread's hook waits for; it must never wait for jemalloc (nest.c).
  * So every pointer the drop-in returns is in a chunk or in the nest, and
  * free, realloc and malloc_usable_size of anything else abort with a
  * message, as glibc's and rdma_free do.
@@ -151,11 +151,9 @@ static inline int ready_thread(void)
 static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int zero)
 {
 	rdmalloc_fork_register_inner();
-	if (rdmalloc_tl_in_hook || !ready_thread())
+	if (rdmalloc_tl_in_verbs || !ready_thread())
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
 	int flags = (align ? MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
-	if (rdmalloc_tl_in_verbs)
-		flags |= MALLOCX_TCACHE_NONE;
 	void *p = je_mallocx(size ? size : 1, flags);
 	if (!p)
 		errno = ENOMEM;
@@ -194,7 +192,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 	if (!p)
 		return;
 	if (rdmalloc_nest_owns(p)) {
-		rdmalloc_nest_free(p); /* allocated inside a hook */
+		rdmalloc_nest_free(p); /* allocated inside a verbs call */
 		return;
 	}
 	struct rdmalloc_chunk *c = chunk_of(p);
@@ -229,11 +227,12 @@ static size_t usable(void *p)
 	return je_malloc_usable_size(p);
 }
 
-/* realloc() inside a hook, or of a block allocated inside one: a new block
- * (from the nest inside a hook, else as malloc), the bytes, the old freed. */
+/* realloc() inside one of our verbs calls, or of a block of the nest: a new
+ * block (from the nest inside a verbs call, else as malloc), the bytes, the
+ * old freed. */
 static __attribute__((noinline)) void *realloc_moving(void *p, size_t size)
 {
-	void *q = rdmalloc_tl_in_hook ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);
+	void *q = rdmalloc_tl_in_verbs ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);
 	if (!q)
 		return NULL;
 	size_t old = usable(p);
@@ -256,7 +255,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 			errno = ENOMEM;
 		return q;
 	}
-	if (rdmalloc_tl_in_hook || rdmalloc_nest_owns(p))
+	if (rdmalloc_tl_in_verbs || rdmalloc_nest_owns(p))
 		return realloc_moving(p, size);
 	struct rdmalloc_chunk *c = chunk_of(p);
 	if (c && c->heap == pheap) {

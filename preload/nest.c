@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * nest.c - the drop-in's allocator for code running inside an extent hook.
+ * nest.c - the drop-in's allocator for code running inside one of
+ * rdmalloc's verbs calls, extent hooks included.
  *
  * Our alloc hook registers the chunk it maps, and libibverbs allocates
  * inside ibv_reg_mr.  jemalloc calls the hook with the arena's grow_mtx
  * held, and serves every allocation made meanwhile from arena 0 whatever
  * its flags ask (its reentrancy rule).  fork() takes arena 0's grow_mtx
  * before the hooked arena's: it would wait for the hook, and the hook for
- * it.  So allocations inside a hook never reach jemalloc: they come from
- * here, a reserved range of address space carved into power-of-two blocks
- * with one free list per size, under the NEST lock, which fork() takes
- * only after jemalloc's (an inner lock).  free(), realloc() and
- * malloc_usable_size() tell its blocks by address, wherever they run.
+ * it.  And a verbs call outside a hook (a PD attach) may hold a lock of
+ * libibverbs or its provider while it allocates (fork protection's range
+ * tree does): if that allocation waited for an arena's growth, it would
+ * wait for a hook that waits for the same lock.  So nothing allocated
+ * inside a verbs call of ours reaches jemalloc: it comes from here, a
+ * reserved range of address space carved into power-of-two blocks with
+ * one free list per size, under the NEST lock, a leaf that fork() takes
+ * only after jemalloc's.  free(), realloc() and malloc_usable_size() tell
+ * its blocks by address, wherever they run.
  *
  * What comes here is small and rare (a region's descriptor per chunk
  * registration), so simplicity beats speed: blocks are never given back to

@@ -54,10 +54,10 @@ struct rdmalloc_verbs_ops {
 
 /*
  * Non-zero while this thread is inside a verbs call made by rdmalloc.  The
- * LD_PRELOAD drop-in then bypasses its thread cache (libibverbs allocates
- * inside ibv_reg_mr), serves allocations made inside an extent hook from
- * its nest (preload/nest.c), and passes its own ibv_reg_mr calls straight
- * to libibverbs.
+ * LD_PRELOAD drop-in then serves the thread's allocations (libibverbs
+ * allocates inside ibv_reg_mr) from its nest, never from jemalloc
+ * (preload/nest.c), and passes its own ibv_reg_mr calls straight to
+ * libibverbs.
  */
 struct rdmalloc_tl_state {
 	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
@@ -67,9 +67,8 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 #define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
 /* An extent hook of ours is running on this thread: jemalloc may hold one of
  * its arena locks, and serves any allocation from arena 0 whatever the
- * flags ask (its reentrancy rule), so the drop-in serves them elsewhere
- * (preload/nest.c).  Hooks add it to in_verbs, which makes the drop-in's
- * fast path bail out as a verbs call does. */
+ * flags ask (its reentrancy rule).  Hooks add it to in_verbs, so the
+ * drop-in treats a hook as a verbs call: its allocations go to the nest. */
 #define RDMALLOC_TL_IN_HOOK 0x10000
 #define rdmalloc_tl_in_hook (rdmalloc_tl.in_verbs >= RDMALLOC_TL_IN_HOOK)
 /* The drop-in's fast path reads both words at once: one TLS compare. */
