@@ -322,7 +322,10 @@ void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
  * re-sends the new rkey to its peers.  [@addr, @addr+@len) is the chunk's
  * region.  It runs on the thread of rdma_heap_set_access(), after every
  * region has changed and with no lock of the library held: it may use any
- * rdma_* call, including another rdma_heap_set_access().
+ * rdma_* call, including another rdma_heap_set_access().  Two threads
+ * changing the same heap at once each report their own changes, in no
+ * order between them: a program that does so serialises the calls, or
+ * looks the keys up (rdma_malloc_keys()) once they return.
  */
 typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr, size_t len,
 					uint32_t old_lkey, uint32_t old_rkey, uint32_t new_lkey,
