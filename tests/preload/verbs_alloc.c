@@ -43,7 +43,7 @@ static void *sym(const char *name)
 	return f;
 }
 
-static atomic_int go_grow, go_attach;
+static atomic_int go_grow, go_attach, attacher_bound;
 
 static void spin_until(atomic_int *flag)
 {
@@ -68,6 +68,7 @@ static void *attach(void *arg)
 {
 	void *volatile first = malloc(16); /* bound to the preload arena, as a thread that */
 	free(first);                       /* ever allocated is */
+	atomic_store(&attacher_bound, 1);
 	spin_until(&go_attach);
 	atomic_store(&attached, attach_pd(arg));
 	return NULL;
@@ -87,6 +88,7 @@ int main(void)
 	pthread_t hook, attacher;
 	pthread_create(&hook, NULL, grow, NULL);
 	pthread_create(&attacher, NULL, attach, pd_n(1));
+	spin_until(&attacher_bound); /* its own first allocation must not meet the held hook */
 	atomic_store(&go_grow, 1);
 	wait_blocked(); /* the hook is inside ibv_reg_mr, with its arena's growth lock */
 	reg_mallocs(256 * MiB); /* more than any free extent: the arena must grow */
