@@ -114,12 +114,13 @@ void *rdmalloc_map_aligned(size_t size, size_t align)
 
 /* A change of the PD a registration belongs to (its writers are
  * serialised) is bracketed by its sequence, odd meanwhile: a lock-free
- * reader never pairs a PD with cleared keys or another PD's (keys.c). */
+ * reader never pairs a PD with cleared keys or another PD's (keys.c).  The
+ * stores in between are releases, so a reader that acquires one of them
+ * sees the odd sequence after it (no fence: TSan has none). */
 static void reg_change_begin(struct rdmalloc_reg *r)
 {
 	unsigned q = atomic_load_explicit(&r->seq, memory_order_relaxed);
 	atomic_store_explicit(&r->seq, q + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
 }
 
 static void reg_change_end(struct rdmalloc_reg *r)
@@ -132,8 +133,8 @@ static void reg_clear(struct rdmalloc_reg *r)
 {
 	reg_change_begin(r);
 	atomic_store_explicit(&r->pd, NULL, memory_order_release);
-	atomic_store_explicit(&r->mr, NULL, memory_order_relaxed);
-	atomic_store_explicit(&r->keys, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->mr, NULL, memory_order_release);
+	atomic_store_explicit(&r->keys, 0, memory_order_release);
 	reg_change_end(r);
 }
 
@@ -172,7 +173,7 @@ static void slot_publish(struct rdmalloc_reg *r, struct ibv_mr *mr, unsigned acc
 	rdmalloc_mr_keys(mr, &lkey, &rkey);
 	r->access = access;
 	r->stamp = stamp;
-	atomic_store_explicit(&r->mr, mr, memory_order_relaxed);
+	atomic_store_explicit(&r->mr, mr, memory_order_release);
 	atomic_store_explicit(&r->keys, (uint64_t)lkey << 32 | rkey, memory_order_release);
 }
 

@@ -61,11 +61,12 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
 	if (err)
 		return err;
+	/* Acquires, so that the second read of the sequence sees a change
+	 * whose stores any of them saw (chunk.c: reg_change_begin). */
 	unsigned q = atomic_load_explicit(&r->seq, memory_order_acquire);
-	struct ibv_pd *owner = atomic_load_explicit(&r->pd, memory_order_relaxed);
-	*keys = atomic_load_explicit(&r->keys, memory_order_relaxed); /* lkey and rkey: one unit */
-	*mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
-	atomic_thread_fence(memory_order_acquire);
+	struct ibv_pd *owner = atomic_load_explicit(&r->pd, memory_order_acquire);
+	*keys = atomic_load_explicit(&r->keys, memory_order_acquire); /* lkey and rkey: one unit */
+	*mr = atomic_load_explicit(&r->mr, memory_order_acquire);
 	if ((q & 1) || atomic_load_explicit(&r->seq, memory_order_relaxed) != q || owner != pd || !*mr)
 		return ENODEV;
 	return 0;
