@@ -18,7 +18,7 @@
  *                   thread-safe cache must
  *   regmr           ibv_reg_mr + ibv_dereg_mr of the buffer (real device only)
  *   rdmalloc-table  (-fake build only, a diagnostic) the library's internal
- *                   table lookup (rdmalloc_table_find) and the keys of PD
+ *                   table lookup (rdmalloc_addrmap_find) and the keys of PD
  *                   slot 0: rdma_malloc_keys without its checks and its
  *                   lookup counter
  *
@@ -47,7 +47,7 @@
 #ifdef BENCH_FAKE_VERBS
 #include "chunk.h"
 #include "fake_verbs.h"
-#include "regtable.h"
+#include "addrmap.h"
 #endif
 
 #define PROG "bench-keys"
@@ -210,7 +210,7 @@ static void *run_job(void *arg)
 		}
 		case M_TABLE: {
 #ifdef BENCH_FAKE_VERBS
-			struct rdmalloc_chunk *c = rdmalloc_table_find((void *)p);
+			struct rdmalloc_chunk *c = rdmalloc_addrmap_find((void *)p);
 			bad |= !c;
 			if (c) {
 				uint64_t k = atomic_load_explicit(&c->reg[0].keys, memory_order_relaxed);

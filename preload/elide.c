@@ -22,14 +22,14 @@
 
 #include "chunk.h"
 #include "heap.h"
-#include "keys.h"
+#include "lookup.h"
 #include "lock.h"
 #include "log.h"
 #include "pd.h"
 #include "preload.h"
 #include "rdma_malloc.h"
-#include "regtable.h"
-#include "stats.h"
+#include "addrmap.h"
+#include "counters.h"
 #include "verbs.h"
 
 /* verbs.h wraps these two in macros; here we define the functions. */
@@ -99,7 +99,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 {
 	if (rdmalloc_tl_in_verbs || !rdmalloc_preload_heap() || !pd || !len)
 		return NULL;
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(addr);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
 	if (!c || len > c->size - ((uintptr_t)addr - c->base))
 		return NULL;
 	if ((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap))

@@ -30,14 +30,14 @@
 #include "fork.h"
 #include "heap.h"
 #include "init.h"
-#include "je.h"
+#include "calls.h"
 #include "log.h"
 #include "nest.h"
 #include "options.h"
 #include "preload.h"
-#include "regtable.h"
+#include "addrmap.h"
 #include "rdma_malloc.h"
-#include "stats.h"
+#include "counters.h"
 #include "verbs.h"
 
 #define PRELOAD_API __attribute__((visibility("default")))
@@ -65,7 +65,7 @@ static inline int in_last_chunk(const void *p)
 /* The chunk of @p, or NULL; a preload chunk becomes this thread's last. */
 static struct rdmalloc_chunk *chunk_of(const void *p)
 {
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
 	if (c && c->heap == pheap) {
 		tl_chunk.base = c->base;
 		tl_chunk.size = c->size;
@@ -119,7 +119,7 @@ static __attribute__((noinline)) int bind_thread(void)
 		return tl_bound > 0;
 	unsigned i = atomic_fetch_add_explicit(&next_arena, 1, memory_order_relaxed) % pnarenas;
 	unsigned a = rdmalloc_heap_arena_at(pheap, i);
-	if (je_mallctl("thread.arena", NULL, NULL, &a, sizeof(a)) == 0) {
+	if (rdmalloc_heap_bind_thread(a) == 0) {
 		tl_bound = 1;
 		return 1;
 	}
@@ -153,8 +153,8 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	rdmalloc_fork_register_inner();
 	if (rdmalloc_tl_in_verbs || !ready_thread())
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
-	int flags = (align ? MALLOCX_ALIGN(align) : 0) | (zero ? MALLOCX_ZERO : 0);
-	void *p = je_mallocx(size ? size : 1, flags);
+	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
+	void *p = rdmalloc_mallocx(size ? size : 1, flags);
 	if (!p)
 		errno = ENOMEM;
 	return p;
@@ -163,7 +163,7 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 PRELOAD_API void *malloc(size_t size)
 {
 	if (likely(fast()))
-		return je_malloc(size);
+		return rdmalloc_auto_malloc(size);
 	return alloc_any(size, 0, 0);
 }
 
@@ -175,7 +175,7 @@ PRELOAD_API void *calloc(size_t n, size_t size)
 		return NULL;
 	}
 	if (likely(fast()))
-		return je_calloc(1, total);
+		return rdmalloc_auto_calloc(1, total);
 	return alloc_any(total, 0, 1);
 }
 
@@ -197,9 +197,9 @@ static __attribute__((noinline)) void free_slow(void *p)
 	}
 	struct rdmalloc_chunk *c = chunk_of(p);
 	if (likely(c && c->heap == pheap))
-		je_free(p); /* preload memory: the automatic cache may hold it */
+		rdmalloc_auto_free(p); /* preload memory: the automatic cache may hold it */
 	else if (c)
-		je_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
+		rdmalloc_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
 	else
 		not_ours("free", p);
 }
@@ -208,7 +208,7 @@ PRELOAD_API void free(void *p)
 {
 	/* NULL is in no chunk: it takes the slow path. */
 	if (likely(in_last_chunk(p)))
-		je_free(p); /* preload memory: the automatic cache may hold it */
+		rdmalloc_auto_free(p); /* preload memory: the automatic cache may hold it */
 	else
 		free_slow(p);
 }
@@ -224,7 +224,7 @@ static size_t usable(void *p)
 		return rdmalloc_nest_usable(p);
 	if (!chunk_of(p))
 		not_ours("malloc_usable_size", p);
-	return je_malloc_usable_size(p);
+	return rdmalloc_auto_usable_size(p);
 }
 
 /* realloc() inside one of our verbs calls, or of a block of the nest: a new
@@ -250,7 +250,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return NULL;
 	}
 	if (likely(fast() && in_last_chunk(p))) { /* never inside a hook, never the nest's */
-		void *q = je_realloc(p, size); /* sets no errno */
+		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
 		if (unlikely(!q))
 			errno = ENOMEM;
 		return q;
@@ -259,8 +259,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return realloc_moving(p, size);
 	struct rdmalloc_chunk *c = chunk_of(p);
 	if (c && c->heap == pheap) {
-		void *q = likely(fast()) ? je_realloc(p, size) /* sets no errno */
-					 : je_rallocx(p, size, MALLOCX_ARENA(parena) | MALLOCX_TCACHE_NONE);
+		void *q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
+					 : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
 		if (!q)
 			errno = ENOMEM;
 		return q;

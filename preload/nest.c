@@ -27,11 +27,11 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "lock.h"
 #include "log.h"
-#include "stats.h"
+#include "os.h"
+#include "counters.h"
 
 #define SPAN RDMALLOC_NEST_SPAN /* of address space; pages are touched as used */
 #define HDR 16                 /* before each block's user pointer: class and offset */
@@ -49,8 +49,8 @@ struct hdr {
 
 static int reserve(void)
 {
-	void *m = mmap(NULL, SPAN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
+	void *m = rdmalloc_os_reserve(SPAN);
+	if (!m)
 		return -1;
 	top = (uintptr_t)m;
 	end = top + SPAN;

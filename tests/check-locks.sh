@@ -1,5 +1,5 @@
 #!/bin/sh
-# Every lock of the library and the drop-in is in src/lock.h's table, which
+# Every lock of the library and the drop-in is in src/sys/lock.h's table, which
 # fork() walks in order and whose order every acquisition checks.  A lock
 # declared anywhere else would be held across fork() by nobody's handler
 # (a child could inherit it locked and hang) and escape the order check:
@@ -7,12 +7,13 @@
 set -eu
 src=$1
 found=$(grep -nE 'pthread_(mutex|rwlock|spinlock|cond|barrier)_(t|init)\b|PTHREAD_(MUTEX|RWLOCK|COND)_INITIALIZER|\bsem_(t|init)\b|\bmtx_t\b|\bcnd_t\b' \
-	"$src"/src/*.c "$src"/src/*.h "$src"/preload/*.c "$src"/preload/*.cc "$src"/preload/*.h 2>/dev/null |
-	grep -v "^$src/src/lock\.c:" || true)
+	$(find "$src/src" "$src/preload" -name '*.[ch]' -o -name '*.cc') |
+	grep -v "^$src/src/sys/lock\.c:" || true)
 if [ -n "$found" ]; then
-	echo "locks declared outside src/lock.h's table (add them there, in order):"
+	echo "locks declared outside src/sys/lock.h's table (add them there, in order):"
 	printf '%s\n' "$found" | sed "s|^$src/|  |"
 	exit 1
 fi
-n=$(grep -cE '^[[:space:]]*X\([A-Z_]+, (OUTER|INNER),' "$src/src/lock.h")
-echo "ok: every lock of src/ and preload/ is one of the $n in src/lock.h"
+[ "$(find "$src/src" -name '*.c' | wc -l)" -gt 10 ] || { echo "no sources under $src/src"; exit 1; }
+n=$(grep -cE '^[[:space:]]*X\([A-Z_]+, (OUTER|INNER),' "$src/src/sys/lock.h")
+echo "ok: every lock of src/ and preload/ is one of the $n in src/sys/lock.h"

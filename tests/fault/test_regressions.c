@@ -9,7 +9,7 @@
 #include <criterion/redirect.h>
 
 /*
- * BUG 1 (src/chunk.c, rdmalloc_chunk_create(), label "fail:"): when a new
+ * BUG 1 (src/reg/chunk.c, rdmalloc_chunk_create(), label "fail:"): when a new
  * chunk's registration with one PD fails, the registrations already made for
  * it are undone with dereg_all(c) and the chunk is then unmapped whatever
  * dereg_all() returned.  If a deregistration fails there, a chunk that is
@@ -57,7 +57,7 @@ Test(known_bugs, heap_destroy_of_a_misaligned_handle_is_einval)
 }
 
 /*
- * BUG 3 (src/chunk.c, rdmalloc_chunks_detach() then release()): when
+ * BUG 3 (src/reg/chunk.c, rdmalloc_chunks_detach() then release()): when
  * ibv_dereg_mr fails in rdma_malloc_detach_pd(), the region is leaked
  * (documented: "the PD is detached all the same; the failure is counted")
  * but the chunk keeps no trace of it.  When the chunk's heap is destroyed
@@ -65,7 +65,7 @@ Test(known_bugs, heap_destroy_of_a_misaligned_handle_is_einval)
  * unmaps a chunk that the leaked region still covers: registered memory is
  * unmapped, against invariant 2 and release()'s own "kept mapped" rule.
  * Fix: remember a failed deregistration in the chunk (a flag set where
- * rdmalloc_dereg() fails in detach, attach's undo and sync_regs()) and keep
+ * rdmalloc_dereg_mr() fails in detach, attach's undo and sync_regs()) and keep
  * such a chunk mapped in release().
  */
 Test(known_bugs, chunk_with_a_region_leaked_by_detach_stays_mapped, .init = cr_redirect_stderr)
@@ -86,7 +86,7 @@ Test(known_bugs, chunk_with_a_region_leaked_by_detach_stays_mapped, .init = cr_r
 }
 
 /*
- * BUG 5 (src/chunk.c, rereg_one(), found in review): when an access change
+ * BUG 5 (src/reg/chunk.c, rereg_one(), found in review): when an access change
  * replaced a region (new keys) and ibv_dereg_mr of the old region failed,
  * the old region stayed registered but the chunk kept no trace of it, so
  * destroying the heap unmapped memory that region still covered: the twin
@@ -110,7 +110,7 @@ Test(known_bugs, chunk_with_a_region_leaked_by_an_access_change_stays_mapped, .i
 }
 
 /*
- * BUG 4 (src/init.c, rdmalloc_init_slow(); the cause is src/options.c's
+ * BUG 4 (src/api/init.c, rdmalloc_init_slow(); the cause is src/sys/options.c's
  * rdmalloc_parse_size() setting errno = 0 before strtoull): the call that
  * initialises the library changes errno even when it succeeds, against the
  * header's "Allocation functions leave errno alone when they succeed".

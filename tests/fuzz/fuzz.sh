@@ -23,8 +23,8 @@ if [ -z "$cc" ] || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer
 fi
 mkdir -p "$out/corpus"
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-include "$src/tests/fuzz/quiet_write.h" -I"$src/include" -I"$src/src" \
-	"$src/tests/fuzz/fuzz_options.c" "$src/src/options.c" "$src/src/log.c" -o "$out/fuzz_options"
+	-include "$src/tests/fuzz/quiet_write.h" -I"$src/include" -I"$src/src/sys" \
+	"$src/tests/fuzz/fuzz_options.c" "$src/src/sys/options.c" "$src/src/sys/log.c" -o "$out/fuzz_options"
 cd "$out"
 rm -f crash-* leak-* timeout-* oom-* fuzz-*.log
 # -fork: independent jobs on both cores, each restarted after a finding is

@@ -7,14 +7,14 @@
  * order (an environment value cannot hold a NUL).  Each value also goes
  * through rdmalloc_parse_size() and rdmalloc_parse_access() directly.
  *
- * Checked against a reference model written apart from src/options.c: the
+ * Checked against a reference model written apart from src/sys/options.c: the
  * answer of every parser (accepted or not, and the value), the options'
  * fields (the parsed value, or the default when refused) and the count of
  * refused values.  A difference, a crash, or ASan/UBSan report is a finding.
  *
  * Built two ways (tests/fuzz/meson.build, tests/fuzz/fuzz.sh):
- *  - clang -fsanitize=fuzzer,address,undefined with src/options.c and
- *    src/log.c compiled in (coverage-guided), run for a bounded time;
+ *  - clang -fsanitize=fuzzer,address,undefined with src/sys/options.c and
+ *    src/sys/log.c compiled in (coverage-guided), run for a bounded time;
  *  - with the normal compiler and replay.c, against the test library, to
  *    replay tests/fuzz/corpus/ in every build (suite "host").
  */
@@ -219,7 +219,7 @@ __attribute__((unused)) static int ref_bool(const char *s, int *out)
 #define same_device(a, b) (strnlen(*(a), RDMALLOC_DEVICE_NAME_MAX) < RDMALLOC_DEVICE_NAME_MAX && !strcmp(*(a), *(b)))
 
 #ifdef RDMALLOC_FUZZ_QUIET
-/* The libFuzzer build compiles src/log.c with quiet_write.h: its one write()
+/* The libFuzzer build compiles src/sys/log.c with quiet_write.h: its one write()
  * comes here.  Check the line and drop it (millions of warnings otherwise). */
 ssize_t rdmalloc_fuzz_write(int fd, const void *buf, size_t len)
 {

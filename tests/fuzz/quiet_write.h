@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* quiet_write.h - forced into the libFuzzer build (-include): src/log.c's
+/* quiet_write.h - forced into the libFuzzer build (-include): src/sys/log.c's
  * write(2) goes to the fuzz target, which checks the line and drops it. */
 #include <sys/types.h>
 ssize_t rdmalloc_fuzz_write(int fd, const void *buf, size_t len);

@@ -34,7 +34,7 @@
 #include "chunk.h"
 #include "fake_verbs.h"
 #include "rdma_malloc.h"
-#include "regtable.h"
+#include "addrmap.h"
 
 #define HEAPS 3
 #define LIVE 4096
@@ -165,7 +165,7 @@ Test(security, scribbling_every_registered_byte_cannot_corrupt_the_allocator, .t
 	}
 	/* rdmalloc's own bookkeeping is outside every region. */
 	for (int i = 0; i < LIVE; i += 97) {
-		struct rdmalloc_chunk *c = rdmalloc_table_find(b[i].p);
+		struct rdmalloc_chunk *c = rdmalloc_addrmap_find(b[i].p);
 		cr_assert(c);
 		cr_assert(!in_regions(c, sizeof(*c)), "a chunk descriptor lies in registered memory");
 		cr_assert(!in_regions(h[b[i].heap], 64), "a heap structure lies in registered memory");
@@ -211,7 +211,7 @@ Test(security, scribbling_every_registered_byte_cannot_corrupt_the_allocator, .t
 			k->seed = (uint32_t)op + 1;
 			fill(k);
 		}
-		struct rdmalloc_chunk *c = rdmalloc_table_find(k->p);
+		struct rdmalloc_chunk *c = rdmalloc_addrmap_find(k->p);
 		cr_assert(c && (rdma_heap_t *)c->heap == h[k->heap], "block %p is not in a chunk of its heap",
 			  (void *)k->p);
 		cr_assert_geq(rdma_malloc_usable_size(k->p), k->n);

@@ -27,7 +27,7 @@
 #include "fake_verbs.h"
 #include "fault.h"
 #include "rdma_malloc.h"
-#include "regtable.h"
+#include "addrmap.h"
 
 #define HEAPS 3
 #define SLOTS 64
@@ -57,7 +57,7 @@ static void check(void *p, rdma_heap_t *h, size_t size, unsigned char fill)
 	size_t u = rdma_malloc_usable_size(p);
 	if (u < size)
 		violation("usable size below the requested size", p);
-	struct rdmalloc_chunk *c = rdmalloc_table_find(p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
 	if (!c || (rdma_heap_t *)c->heap != h)
 		violation("pointer is not in a chunk of its heap", p);
 	uint32_t lkey, rkey;

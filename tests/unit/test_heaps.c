@@ -15,7 +15,7 @@
 #include "chunk.h"
 #include "fake_verbs.h"
 #include "rdma_malloc.h"
-#include "regtable.h"
+#include "addrmap.h"
 
 static void with_device(void)
 {
@@ -26,7 +26,7 @@ TestSuite(heaps, .init = with_device);
 
 static rdma_heap_t *heap_of(void *p)
 {
-	struct rdmalloc_chunk *c = rdmalloc_table_find(p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
 	cr_assert(c, "%p is in no chunk", p);
 	return (rdma_heap_t *)c->heap;
 }

@@ -20,7 +20,7 @@
 #include "hugepage.h"
 #include "options.h"
 #include "rdma_malloc.h"
-#include "regtable.h"
+#include "addrmap.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -72,7 +72,7 @@ static int vma_has_flag(const void *p, const char *flag)
 /* Every chunk of the test: aligned, rounded, registered whole. */
 static struct rdmalloc_chunk *check_chunk(void *p, int kind)
 {
-	struct rdmalloc_chunk *c = rdmalloc_table_find(p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
 	cr_assert(c, "%p in no chunk", p);
 	cr_assert_eq(c->page_kind, kind, "chunk %p: page kind %d, want %d", (void *)c->base, c->page_kind, kind);
 	size_t page = kind == RDMALLOC_PAGES_4K ? 4096 : 2 * MiB;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_locks.c - the lock table's order check (src/lock.h): taking a lock
+ * test_locks.c - the lock table's order check (src/sys/lock.h): taking a lock
  * while holding one that comes later aborts with both names. A release build
  * (NDEBUG) compiles the check out; there the only test is that it is out.
  */

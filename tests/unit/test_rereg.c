@@ -17,7 +17,7 @@
 #include "chunk.h"
 #include "fake_verbs.h"
 #include "rdma_malloc.h"
-#include "regtable.h"
+#include "addrmap.h"
 
 #define MiB ((size_t)1 << 20)
 #define LW IBV_ACCESS_LOCAL_WRITE

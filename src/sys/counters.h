@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* stats.h - the counters behind rdma_malloc_stats_get(); fields are defined
+/* counters.h - the counters behind rdma_malloc_stats_get(); fields are defined
  * once, in rdma_malloc.h (RDMA_MALLOC_STATS_FIELDS). */
-#ifndef RDMALLOC_STATS_H
-#define RDMALLOC_STATS_H
+#ifndef RDMALLOC_COUNTERS_H
+#define RDMALLOC_COUNTERS_H
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,7 +22,11 @@ extern struct rdmalloc_counters rdmalloc_counters;
 #define STAT_INC(name) STAT_ADD(name, 1)
 
 /* Lookups happen on the data path of every thread: each thread counts into
- * its own block, summed when the stats are read (stats.c). */
+ * its own block, summed when the stats are read. */
 void rdmalloc_stat_lookup(int ok);
+
+/* Every counter into @st, lookups summed over the threads (takes the
+ * LOOKUPS lock); derived fields are the caller's. */
+void rdmalloc_counters_read(struct rdma_malloc_stats *st);
 
 #endif

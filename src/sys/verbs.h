@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* verbs.h - the registration backend: the one place that calls ibv_reg_mr. */
+/* verbs.h - the verbs backend: the one place that calls libibverbs. */
 #ifndef RDMALLOC_VERBS_H
 #define RDMALLOC_VERBS_H
 
@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
+#include "tls.h"
 
 struct ibv_pd;
 struct ibv_mr;
@@ -52,37 +53,13 @@ struct rdmalloc_verbs_ops {
 	int (*advise_mr)(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
 };
 
-/*
- * Non-zero while this thread is inside a verbs call made by rdmalloc.  The
- * LD_PRELOAD drop-in then serves the thread's allocations (libibverbs
- * allocates inside ibv_reg_mr) from its nest, never from jemalloc
- * (preload/nest.c), and passes its own ibv_reg_mr calls straight to
- * libibverbs.
- */
-struct rdmalloc_tl_state {
-	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
-	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed */
-};
-extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
-#define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
-/* An extent hook of ours is running on this thread: jemalloc may hold one of
- * its arena locks, and serves any allocation from arena 0 whatever the
- * flags ask (its reentrancy rule).  Hooks add it to in_verbs, so the
- * drop-in treats a hook as a verbs call: its allocations go to the nest. */
-#define RDMALLOC_TL_IN_HOOK 0x10000
-#define rdmalloc_tl_in_hook (rdmalloc_tl.in_verbs >= RDMALLOC_TL_IN_HOOK)
-/* The drop-in's fast path reads both words at once: one TLS compare. */
-_Static_assert(sizeof(struct rdmalloc_tl_state) == sizeof(uint64_t) &&
-		       offsetof(struct rdmalloc_tl_state, bound) == 4,
-	       "rdmalloc_tl_state is read as one 64-bit word");
-
 /* Must be called before the library initialises (before any allocation). */
 RDMALLOC_TESTABLE void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *ops);
 
 /* Register [addr, addr+len) with @pd, timing and counting it. */
-struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
+struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
 /* Deregister, counting it; 0 or an errno value. */
-int rdmalloc_dereg(struct ibv_mr *mr);
+int rdmalloc_dereg_mr(struct ibv_mr *mr);
 struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t whylen);
 
 /* Change @mr's access in place (counted); 0 or errno, *@broken as above. */
@@ -92,11 +69,18 @@ struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type);
 int rdmalloc_dealloc_mw(struct ibv_mw *mw);
 int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
 		     unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags);
+/* The rkey a window gets at its next bind (ibv_inc_rkey). */
+uint32_t rdmalloc_next_rkey(uint32_t rkey);
 int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags);
 int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc);
+/* 0 when @pd's device can register an ODP heap with @access (RC ODP with
+ * the operations @access allows; with @implicit, implicit ODP too),
+ * EOPNOTSUPP or the query's errno else.  A NULL @pd (no device) is 0:
+ * nothing will be registered. */
+int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit);
 int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
 
-/* lkey/rkey of a region (keeps struct ibv_mr out of the other files). */
+/* lkey/rkey of a region. */
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey);
 
 #endif

@@ -1,18 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* stats.c - counters, rdma_malloc_stats_get() and the text/JSON printer. */
-#include "stats.h"
+/* counters.c - the library's counters, and the lookups counted per thread. */
+#include "counters.h"
 
-#include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
-#include <string.h>
 
 #include "compiler.h"
-#include "heap.h"
-#include "init.h"
 #include "lock.h"
 #include "log.h"
-#include "pd.h"
 
 struct rdmalloc_counters rdmalloc_counters;
 
@@ -92,7 +86,7 @@ static void sum_lookups(uint64_t *ok, uint64_t *failed)
 	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 }
 
-static void snapshot(struct rdma_malloc_stats *st)
+void rdmalloc_counters_read(struct rdma_malloc_stats *st)
 {
 #define LOAD_(name, kind, desc) st->name = atomic_load_explicit(&rdmalloc_counters.name, memory_order_relaxed);
 	RDMA_MALLOC_STATS_FIELDS(LOAD_)
@@ -101,55 +95,4 @@ static void snapshot(struct rdma_malloc_stats *st)
 	sum_lookups(&ok, &failed);
 	st->lookups += ok;
 	st->lookup_failures += failed;
-	/* Derived values are computed here rather than kept in step. */
-	st->pds = (uint64_t)rdmalloc_pd_count();
-	st->unregistered_chunks = st->pds ? 0 : st->chunks;
-	st->heaps = (uint64_t)rdmalloc_heap_count();
-	st->live_bytes = rdmalloc_heap_live_bytes();
-}
-
-RDMA_EXPORT int rdma_malloc_stats_get(struct rdma_malloc_stats *st)
-{
-	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size != sizeof(*st))
-		return EINVAL;
-	rdmalloc_init();
-	uint32_t v = st->version, sz = st->size;
-	memset(st, 0, sizeof(*st));
-	snapshot(st);
-	st->version = v;
-	st->size = sz;
-	return 0;
-}
-
-RDMA_EXPORT int rdma_malloc_stats_print(FILE *out, enum rdma_malloc_stats_format format)
-{
-	if (format != RDMA_MALLOC_STATS_TEXT && format != RDMA_MALLOC_STATS_JSON)
-		return EINVAL;
-	if (!out)
-		out = stderr;
-	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
-	int err = rdma_malloc_stats_get(&st);
-	if (err)
-		return err;
-	int rc;
-	if (format == RDMA_MALLOC_STATS_TEXT) {
-		rc = fprintf(out, "rdmalloc stats:\n");
-#define TEXT_(name, kind, desc)                                                         \
-	if (rc >= 0)                                                                \
-		rc = fprintf(out, "  %-24s %20" PRIu64 "  %s\n", #name, st.name, desc);
-		RDMA_MALLOC_STATS_FIELDS(TEXT_)
-#undef TEXT_
-	} else {
-		rc = fprintf(out, "{\"version\": %u", (unsigned)st.version);
-#define JSON_(name, kind, desc) \
-	if (rc >= 0)        \
-		rc = fprintf(out, ", \"%s\": %" PRIu64, #name, st.name);
-		RDMA_MALLOC_STATS_FIELDS(JSON_)
-#undef JSON_
-		if (rc >= 0)
-			rc = fprintf(out, "}\n");
-	}
-	if (rc >= 0 && fflush(out) == EOF)
-		rc = -1;
-	return rc < 0 ? (errno ? errno : EIO) : 0;
 }

@@ -53,9 +53,7 @@ static void init_once(void)
 {
 	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
 	rdmalloc_options_parse(&rdmalloc_opts, env);
-	bool retain = true;
-	size_t sz = sizeof(retain);
-	if (je_mallctl("opt.retain", &retain, &sz, NULL, 0) == 0 && !retain)
+	if (!rdmalloc_heap_jemalloc_retains())
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
 	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */

@@ -25,19 +25,15 @@
 
 #include "chunk.h"
 #include "hooks.h"
-#include "odp.h"
-#include "init.h"
 #include "lock.h"
 #include "log.h"
 #include "options.h"
-#include "pd.h"
-#include "regtable.h"
-#include "stats.h"
+#include "addrmap.h"
+#include "counters.h"
 
 struct rdmalloc_heap {
 	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
-	_Atomic unsigned int access; /* written by rdma_heap_set_access (PD lock) */
-	unsigned int flags;          /* RDMA_HEAP_* */
+	struct rdmalloc_chunk_spec spec; /* access (rdma_heap_set_access, PD lock) and flags */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
 	unsigned slot;
 	uint32_t gen; /* unique per heap lifetime, never 0 */
@@ -81,17 +77,22 @@ struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks)
 
 unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h)
 {
-	return atomic_load_explicit(&h->access, memory_order_acquire);
+	return rdmalloc_spec_access(&h->spec);
 }
 
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h)
 {
-	return h->flags;
+	return h->spec.flags;
+}
+
+const struct rdmalloc_chunk_spec *rdmalloc_heap_spec(const struct rdmalloc_heap *h)
+{
+	return &h->spec;
 }
 
 void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access)
 {
-	atomic_store_explicit(&h->access, access, memory_order_release);
+	atomic_store_explicit(&h->spec.access, access, memory_order_release);
 }
 
 void rdmalloc_heap_bump_key_gen(struct rdmalloc_heap *h)
@@ -290,7 +291,7 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 #endif
 	size_t grow = rdmalloc_opts.chunk_max;
 	/* An ODP heap keeps jemalloc's decay: its purges are allowed. */
-	int pinned = !(h->flags & RDMA_HEAP_ODP);
+	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
 	if (arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
 	    (pinned && arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
 	    (pinned && arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
@@ -343,18 +344,15 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 	}
 	h = &heap_store[slot];
 	memset(h, 0, sizeof(*h));
-	h->hooks = rdmalloc_extent_hooks;
+	/* ODP heaps are not pinned: purging gives pages back, and the NIC
+	 * faults them in again (hooks.c). */
+	h->hooks = flags & RDMA_HEAP_ODP ? rdmalloc_extent_hooks_odp : rdmalloc_extent_hooks;
 	if (flags & RDMA_HEAP_MW_BIND)
 		access |= IBV_ACCESS_MW_BIND_;
-	if (flags & RDMA_HEAP_ODP) {
-		/* Not pinned: purging gives pages back, and the NIC faults
-		 * them in again (odp.c). */
+	if (flags & RDMA_HEAP_ODP)
 		access |= IBV_ACCESS_ON_DEMAND_;
-		h->hooks.purge_lazy = rdmalloc_odp_purge;
-		h->hooks.purge_forced = rdmalloc_odp_purge;
-	}
-	atomic_init(&h->access, access);
-	h->flags = flags;
+	atomic_init(&h->spec.access, access);
+	h->spec.flags = flags;
 	h->slot = slot;
 	if (++gen_counter == 0)
 		++gen_counter;
@@ -382,41 +380,13 @@ void rdmalloc_heap_init(unsigned int access)
 		rdmalloc_fatal("cannot create the default heap: %s", strerror(err));
 }
 
-RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
+struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, int *err)
 {
-	rdmalloc_init();
-	unsigned int access = attr ? attr->access : rdmalloc_opts.access;
-	unsigned int flags = attr ? attr->flags : 0;
-	if (attr && ((flags & ~RDMALLOC_HEAP_FLAGS_ALL) || !rdmalloc_access_valid(access) ||
-		     ((flags & RDMA_HEAP_ODP) && (flags & RDMA_HEAP_HUGEPAGES)) ||
-		     ((flags & RDMA_HEAP_ODP_IMPLICIT) &&
-		      (!(flags & RDMA_HEAP_ODP) || (flags & RDMA_HEAP_MW_BIND) ||
-		       (access & IBV_ACCESS_MW_BIND_))))) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if ((flags & RDMA_HEAP_ODP_IMPLICIT) && (access & RDMALLOC_ACCESS_REMOTE)) {
-		errno = EPERM; /* its keys would reach the whole address space */
-		return NULL;
-	}
-	if (flags & RDMA_HEAP_ODP) {
-		int e = rdmalloc_odp_check(rdmalloc_pd_default(), access, (flags & RDMA_HEAP_ODP_IMPLICIT) != 0);
-		if (e) {
-			errno = e;
-			return NULL;
-		}
-	}
-	int err = 0;
-	struct rdmalloc_heap *h = heap_new(access, flags, &err);
-	if (!h)
-		errno = err;
-	return (rdma_heap_t *)h;
+	return heap_new(access, flags, err);
 }
 
-RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
+int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 {
-	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
-	rdmalloc_init();
 	/* The drop-in's heap: threads are bound to its arenas and automatic
 	 * caches hold its memory (and its chunks must outlive the process). */
 	if (!h || h == default_heap || !in_store(h) || rdmalloc_heap_auto_tcache(h))
@@ -426,9 +396,9 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EINVAL;
 	}
-	rdmalloc_pd_lock(); /* no attach/detach/window while chunks are released */
+	rdmalloc_lock(RDMALLOC_LOCK_PD); /* no attach/detach/window while chunks are released */
 	if (rdmalloc_chunks_have_windows(h)) { /* their owners free them first */
-		rdmalloc_pd_unlock();
+		rdmalloc_unlock(RDMALLOC_LOCK_PD);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EBUSY;
 	}
@@ -447,9 +417,28 @@ RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)
 	if (left)
 		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
 			     left, h->slot);
-	rdmalloc_pd_unlock();
+	rdmalloc_unlock(RDMALLOC_LOCK_PD);
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return 0;
+}
+
+void rdmalloc_heap_jemalloc_boot(void)
+{
+	size_t sz = sizeof(unsigned);
+	unsigned narenas;
+	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
+}
+
+int rdmalloc_heap_jemalloc_retains(void)
+{
+	bool retain = true;
+	size_t sz = sizeof(retain);
+	return je_mallctl("opt.retain", &retain, &sz, NULL, 0) != 0 || retain;
+}
+
+int rdmalloc_heap_bind_thread(unsigned arena)
+{
+	return je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
 }
 
 size_t rdmalloc_heap_tcache_max(void)
@@ -465,29 +454,7 @@ void rdmalloc_heap_purge(rdma_heap_t *heap)
 		arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
 }
 
-RDMA_EXPORT rdma_heap_t *rdma_heap_default(void)
+uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h)
 {
-	rdmalloc_init();
-	return (rdma_heap_t *)default_heap;
-}
-
-RDMA_EXPORT unsigned int rdma_heap_access(const rdma_heap_t *heap)
-{
-	rdmalloc_init();
-	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
-	return rdmalloc_heap_access_of(h);
-}
-
-RDMA_EXPORT unsigned int rdma_heap_flags(const rdma_heap_t *heap)
-{
-	rdmalloc_init();
-	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
-	return h->flags;
-}
-
-RDMA_EXPORT uint64_t rdma_heap_key_generation(const rdma_heap_t *heap)
-{
-	rdmalloc_init();
-	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : default_heap;
 	return atomic_load_explicit(&h->key_gen, memory_order_acquire);
 }

@@ -9,12 +9,12 @@
  * the plain call and this file declares nothing else.
  *
  * Sites:
- *  REG       ibv_reg_mr() in rdmalloc_reg() (chunk creation, PD attach);
- *  DEREG     ibv_dereg_mr() in rdmalloc_dereg() (heap destroy, PD detach);
+ *  REG       ibv_reg_mr() in rdmalloc_reg_mr() (chunk creation, PD attach);
+ *  DEREG     ibv_dereg_mr() in rdmalloc_dereg_mr() (heap destroy, PD detach);
  *            a failed deregistration leaves the region registered, exactly
  *            as when the real call fails;
- *  MMAP      the mmap() of a chunk in map_aligned();
- *  HUGEPAGE  the hugetlbfs mmap() of a huge-page chunk in hugetlb_map()
+ *  MMAP      the mmap of an ordinary chunk in rdmalloc_os_map_aligned() (os.c);
+ *  HUGEPAGE  the mmap of an explicit huge-page chunk in hugetlb_map()
  *            (hugepage.c): a failure falls back as doc/modes.md says.
  */
 #ifndef RDMALLOC_FAULT_H

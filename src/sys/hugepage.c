@@ -31,23 +31,12 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include "chunk.h"
 #include "fault.h"
 #include "log.h"
-#include "stats.h"
-
-#ifndef MAP_HUGE_SHIFT
-#define MAP_HUGE_SHIFT 26
-#endif
-#ifndef MAP_HUGE_2MB
-#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
-#endif
-#ifndef MAP_HUGE_1GB
-#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
-#endif
+#include "os.h"
+#include "counters.h"
 
 #define SZ_2M ((size_t)2 << 20)
 #define SZ_1G ((size_t)1 << 30)
@@ -101,9 +90,9 @@ static int thp_available(void)
 	return v;
 }
 
-/* An explicit huge-page mapping of @len (a multiple of @page) aligned to
- * @align (a multiple of @page). */
-static void *hugetlb_map(size_t len, size_t align, size_t page, int flag)
+/* An explicit huge-page mapping of @len (a multiple of the page size)
+ * aligned to @align. */
+static void *hugetlb_map(size_t len, size_t align, enum rdmalloc_os_pages pages)
 {
 	if (atomic_load_explicit(&test_no_hugetlb, memory_order_relaxed)) {
 		errno = ENOMEM;
@@ -114,23 +103,7 @@ static void *hugetlb_map(size_t len, size_t align, size_t page, int flag)
 		errno = ferr;
 		return NULL;
 	}
-	size_t extra = align > page ? align : 0;
-	if (len > SIZE_MAX - extra) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	char *m = mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | flag, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	if (!extra)
-		return m;
-	char *p = (char *)align_up((uintptr_t)m, align);
-	if (p > m)
-		munmap(m, (size_t)(p - m));
-	if (m + len + extra > p + len)
-		munmap(p + len, (size_t)(m + len + extra - (p + len)));
-	return p;
+	return rdmalloc_os_map_aligned(len, align, pages);
 }
 
 void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
@@ -140,7 +113,7 @@ void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
 	int err = 0;
 	if (size >= SZ_1G) {
 		size_t len = rdmalloc_huge_round(size, RDMALLOC_PAGES_1G);
-		void *p = len ? hugetlb_map(len, align, SZ_1G, MAP_HUGE_1GB) : NULL;
+		void *p = len ? hugetlb_map(len, align, RDMALLOC_OS_HUGE_1G) : NULL;
 		if (p) {
 			*map_size = len;
 			*kind = RDMALLOC_PAGES_1G;
@@ -153,7 +126,7 @@ void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
 		errno = ENOMEM;
 		return NULL;
 	}
-	void *p = hugetlb_map(len, align, SZ_2M, MAP_HUGE_2MB);
+	void *p = hugetlb_map(len, align, RDMALLOC_OS_HUGE_2M);
 	if (p) {
 		*map_size = len;
 		*kind = RDMALLOC_PAGES_2M;
@@ -167,10 +140,11 @@ void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
 			  "%s; see /proc/sys/vm/nr_hugepages): using %s (further fallbacks are only "
 			  "counted in hugepage_fallbacks)",
 			  len, strerror(err), thp ? "transparent huge pages" : "4 KiB pages");
-	p = rdmalloc_map_aligned(len, align);
+	p = rdmalloc_os_map_aligned(len, align, RDMALLOC_OS_PAGES);
 	if (!p)
 		return NULL;
-	if (thp && madvise(p, len, MADV_HUGEPAGE) == 0) {
+	int thp_err = thp ? rdmalloc_os_thp(p, len) : 0;
+	if (thp && !thp_err) {
 		*map_size = len;
 		*kind = RDMALLOC_PAGES_THP;
 		return p;
@@ -179,14 +153,14 @@ void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
 		STAT_INC(hugepage_fallbacks);
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "MADV_HUGEPAGE refused: %s; huge-page heaps use 4 KiB "
-				  "pages", strerror(errno));
+				  "pages", strerror(thp_err));
 	} else {
 		/* That the chunk is on 4 KiB pages is the fallback above. */
 	}
 	/* 4 KiB pages: give back the rounding. */
 	size_t small = rdmalloc_huge_round(size, RDMALLOC_PAGES_4K);
 	if (small < len)
-		munmap((char *)p + small, len - small);
+		rdmalloc_os_unmap((char *)p + small, len - small);
 	*map_size = small;
 	*kind = RDMALLOC_PAGES_4K;
 	return p;

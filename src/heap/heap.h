@@ -15,11 +15,28 @@ struct rdmalloc_heap;
 
 /* Create the default heap (initialisation). */
 void rdmalloc_heap_init(unsigned int access);
+/* Initialise the private jemalloc now (its fork handlers come in then). */
+void rdmalloc_heap_jemalloc_boot(void);
+/* Whether jemalloc keeps unused address space (opt.retain). */
+int rdmalloc_heap_jemalloc_retains(void);
+/* Bind the calling thread to @arena (thread.arena): 0 or errno. */
+int rdmalloc_heap_bind_thread(unsigned arena);
+/* A heap with checked @access and @flags: NULL with *@err (EAGAIN: no heap
+ * slot left, or jemalloc's errno). */
+struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, int *err);
+/* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
+ * default or the drop-in's) or EBUSY (a memory window on its memory).
+ * Takes the HEAP then the PD lock. */
+int rdmalloc_heap_destroy(struct rdmalloc_heap *h);
+/* rdma_heap_key_generation() of @h. */
+uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h);
 struct rdmalloc_heap *rdmalloc_heap_get_default(void);
 
 unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h);
 /* RDMA_HEAP_* flags; fixed for the heap's life. */
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
+/* What the chunk layer reads of @h (chunk.h): its access and flags. */
+const struct rdmalloc_chunk_spec *rdmalloc_heap_spec(const struct rdmalloc_heap *h);
 #define RDMALLOC_HEAP_FLAGS_ALL \
 	(RDMA_HEAP_HUGEPAGES | RDMA_HEAP_MW_BIND | RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT)
 #define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */

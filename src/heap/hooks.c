@@ -6,7 +6,8 @@
  * success and true for failure or refusal.  Our hooks:
  *  - alloc: map a new chunk, register it with every attached PD and publish
  *    it before jemalloc carves a single object out of it;
- *  - dalloc, decommit, purge_forced, purge_lazy: refuse.  Pages the NIC has
+ *  - dalloc, decommit, purge_forced, purge_lazy: refuse (ODP heaps purge:
+ *    rdmalloc_extent_hooks_odp).  Pages the NIC has
  *    pinned must never be unmapped, decommitted or purged: the CPU would see
  *    a fresh zero page while the NIC keeps writing the old one;
  *  - destroy (only on rdma_heap_destroy): hand the range back to chunk.c;
@@ -24,13 +25,12 @@
  */
 #include "hooks.h"
 
-#include <sys/mman.h>
-
+#include "addrmap.h"
 #include "chunk.h"
+#include "counters.h"
 #include "heap.h"
-#include "regtable.h"
-#include "stats.h"
-#include "verbs.h"
+#include "os.h"
+#include "tls.h"
 
 static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_t alignment,
 			bool *zero, bool *commit, unsigned arena_ind)
@@ -39,7 +39,8 @@ static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_
 	if (new_addr) /* growing in place at a given address: not ours to give */
 		return NULL;
 	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
-	struct rdmalloc_chunk *c = rdmalloc_chunk_create(rdmalloc_heap_of_hooks(self), size, alignment);
+	struct rdmalloc_heap *h = rdmalloc_heap_of_hooks(self);
+	struct rdmalloc_chunk *c = rdmalloc_chunk_create(h, rdmalloc_heap_spec(h), size, alignment);
 	rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;
 	if (!c)
 		return NULL;
@@ -87,7 +88,7 @@ static bool hook_purge(extent_hooks_t *self, void *addr, size_t size, size_t off
 {
 	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
 #ifdef RDMALLOC_MUTATION_PURGE /* test-only: the bug this file exists to prevent */
-	return madvise((char *)addr + offset, length, MADV_DONTNEED) != 0;
+	return rdmalloc_os_dontneed((char *)addr + offset, length) != 0;
 #endif
 	return hook_refuse();
 }
@@ -103,8 +104,22 @@ static bool hook_merge(extent_hooks_t *self, void *addr_a, size_t size_a, void *
 		       bool committed, unsigned arena_ind)
 {
 	(void)self, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
-	struct rdmalloc_chunk *a = rdmalloc_table_lookup(addr_a);
-	return a == NULL || a != rdmalloc_table_lookup(addr_b);
+	struct rdmalloc_chunk *a = rdmalloc_addrmap_lookup(addr_a);
+	return a == NULL || a != rdmalloc_addrmap_lookup(addr_b);
+}
+
+/* The purge hook of ODP heaps (RDMA_HEAP_ODP): an ODP region pins nothing
+ * (the NIC asks the kernel for translations on a fault, and the kernel
+ * invalidates them when pages go), so the reason other heaps refuse purges
+ * does not hold.  Decommit and dalloc stay refused. */
+static bool hook_purge_odp(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
+			   unsigned arena_ind)
+{
+	(void)self, (void)size, (void)arena_ind;
+	if (rdmalloc_os_dontneed((char *)addr + offset, length))
+		return true;
+	STAT_INC(odp_purges);
+	return false;
 }
 
 const extent_hooks_t rdmalloc_extent_hooks = {
@@ -115,6 +130,18 @@ const extent_hooks_t rdmalloc_extent_hooks = {
 	.decommit = hook_decommit,
 	.purge_lazy = hook_purge,
 	.purge_forced = hook_purge,
+	.split = hook_split,
+	.merge = hook_merge,
+};
+
+const extent_hooks_t rdmalloc_extent_hooks_odp = {
+	.alloc = hook_alloc,
+	.dalloc = hook_dalloc,
+	.destroy = hook_destroy,
+	.commit = hook_commit,
+	.decommit = hook_decommit,
+	.purge_lazy = hook_purge_odp,
+	.purge_forced = hook_purge_odp,
 	.split = hook_split,
 	.merge = hook_merge,
 };

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* alloc.c - the allocation functions of rdma_malloc.h. */
 #include <errno.h>
-#include "je.h"
+#include "calls.h"
 #include <string.h>
 
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
 #include "log.h"
-#include "regtable.h"
+#include "addrmap.h"
 
 static inline struct rdmalloc_heap *heap_or_default(rdma_heap_t *heap)
 {
@@ -19,7 +19,7 @@ static inline struct rdmalloc_heap *heap_or_default(rdma_heap_t *heap)
  * treats an invalid pointer. */
 static inline struct rdmalloc_heap *heap_of(const void *ptr, const char *who)
 {
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
 	if (unlikely(!c))
 		rdmalloc_fatal("%s(%p): not memory from rdmalloc", who, ptr);
 	return c->heap;
@@ -30,7 +30,7 @@ static inline struct rdmalloc_heap *heap_of(const void *ptr, const char *who)
 static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
 {
 	int saved = errno;
-	void *p = je_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
+	void *p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
 }
@@ -54,7 +54,7 @@ RDMA_EXPORT void *rdma_heap_calloc(rdma_heap_t *heap, size_t nmemb, size_t size)
 		return NULL;
 	}
 	rdmalloc_init();
-	return alloc(heap_or_default(heap), total, MALLOCX_ZERO);
+	return alloc(heap_or_default(heap), total, RDMALLOC_ZERO);
 }
 
 RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
@@ -64,7 +64,7 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 		return NULL;
 	}
 	rdmalloc_init();
-	return alloc(heap_or_default(heap), size, MALLOCX_ALIGN(alignment));
+	return alloc(heap_or_default(heap), size, RDMALLOC_ALIGN(alignment));
 }
 
 RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
@@ -79,13 +79,13 @@ RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 		void *q = alloc(h, size, 0);
 		if (!q)
 			return NULL;
-		size_t old = je_sallocx(ptr, 0);
+		size_t old = rdmalloc_sallocx(ptr);
 		memcpy(q, ptr, old < size ? old : size);
-		je_dallocx(ptr, rdmalloc_heap_free_flags(from));
+		rdmalloc_dallocx(ptr, rdmalloc_heap_free_flags(from));
 		return q;
 	}
 	int saved = errno;
-	void *q = je_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
+	void *q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
 }
@@ -130,12 +130,12 @@ RDMA_EXPORT void rdma_free(void *ptr)
 {
 	if (!ptr)
 		return;
-	je_dallocx(ptr, rdmalloc_heap_free_flags(heap_of(ptr, "rdma_free")));
+	rdmalloc_dallocx(ptr, rdmalloc_heap_free_flags(heap_of(ptr, "rdma_free")));
 }
 
 RDMA_EXPORT size_t rdma_malloc_usable_size(const void *ptr)
 {
-	if (!ptr || !rdmalloc_table_lookup(ptr))
+	if (!ptr || !rdmalloc_addrmap_lookup(ptr))
 		return 0;
-	return je_sallocx(ptr, 0);
+	return rdmalloc_sallocx(ptr);
 }

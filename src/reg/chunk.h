@@ -43,6 +43,20 @@ static inline uint32_t rdmalloc_keys_rkey(uint64_t keys)
 }
 
 /*
+ * A heap as the chunk layer sees it: values that the heap layer, which owns
+ * it, keeps up to date; the chunk layer never calls up into heaps.
+ */
+struct rdmalloc_chunk_spec {
+	_Atomic unsigned int access; /* registration flags, implied bits included (written under the PD lock) */
+	unsigned int flags;          /* RDMA_HEAP_*, fixed */
+};
+
+static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec *s)
+{
+	return atomic_load_explicit(&s->access, memory_order_acquire);
+}
+
+/*
  * A chunk is one allocation of an extent hook: jemalloc's extent
  * [base, base + size).  Chunks are aligned to RDMALLOC_GRANULE, so each
  * granule of the address space belongs to at most one chunk; the table maps
@@ -54,7 +68,8 @@ struct rdmalloc_chunk {
 	size_t size;     /* what jemalloc asked for and uses */
 	size_t map_size; /* mapped and registered: size rounded up to whole pages of page_kind */
 	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
-	struct rdmalloc_heap *heap;
+	struct rdmalloc_heap *heap;              /* its owner: only compared here */
+	const struct rdmalloc_chunk_spec *spec; /* its owner's flags */
 	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* slot i = attached PD i */
 	size_t destroyed;                             /* bytes handed back by the destroy hook */
 	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
@@ -63,10 +78,6 @@ struct rdmalloc_chunk {
 
 #define RDMALLOC_GRANULE_SHIFT 21
 #define RDMALLOC_GRANULE ((size_t)1 << RDMALLOC_GRANULE_SHIFT)
-
-/* Map @size bytes at an address aligned to @align (a power of two); NULL
- * with errno.  The MMAP fault site. */
-void *rdmalloc_map_aligned(size_t size, size_t align);
 
 /* The leaf lock of chunk.c: never held across verbs calls or allocation. */
 void rdmalloc_chunk_lock(void);
@@ -78,7 +89,8 @@ void rdmalloc_chunk_unlock(void);
  * the mapping, a registration or RDMALLOC_MAX_REGISTERED refuses: nothing is
  * left behind.  Takes the chunk lock.
  */
-struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t size, size_t alignment);
+struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const struct rdmalloc_chunk_spec *spec,
+					     size_t size, size_t alignment);
 
 /* The destroy hook handed back [addr, addr+size): once a whole chunk has
  * come back, unpublish, deregister and unmap it.  Takes the chunk lock. */
@@ -87,6 +99,9 @@ void rdmalloc_chunk_destroyed(void *addr, size_t size);
 /* Release every chunk of @heap that is left (after arena destroy).  Returns
  * how many there were.  Takes the chunk lock. */
 size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap);
+
+/* The PD in slot @s, or NULL (a lock-free read). */
+struct ibv_pd *rdmalloc_pd_slot(unsigned s);
 
 /* Register every chunk, now and from now on, with @pd (in a free slot);
  * all or nothing.  0, EEXIST, ENOSPC or the errno of the failed

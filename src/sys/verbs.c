@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* verbs.c - the registration backend: the one place that calls ibv_reg_mr. */
+/* verbs.c - the verbs backend: the one place that calls libibverbs. */
 #include "verbs.h"
 
 #include <errno.h>
@@ -10,7 +10,7 @@
 
 #include "fault.h"
 #include "log.h"
-#include "stats.h"
+#include "counters.h"
 
 static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
@@ -188,7 +188,7 @@ static size_t region_bytes(const void *addr, size_t len)
 	return addr == NULL && len == SIZE_MAX ? 0 : len;
 }
 
-struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
+struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	uint64_t t0 = now_ns();
 	errno = 0;
@@ -209,7 +209,7 @@ struct ibv_mr *rdmalloc_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	return mr;
 }
 
-int rdmalloc_dereg(struct ibv_mr *mr)
+int rdmalloc_dereg_mr(struct ibv_mr *mr)
 {
 	size_t len = mr->length, bytes = region_bytes(mr->addr, len); /* mr is gone after */
 	int err = rdmalloc_fault_hit(RDMALLOC_FAULT_DEREG, mr->addr, len);
@@ -326,4 +326,31 @@ void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int 
 {
 	*lkey = mr->lkey;
 	*rkey = mr->rkey;
+}
+
+int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit)
+{
+	if (!pd)
+		return 0;
+	uint32_t general = 0, rc = 0;
+	int err = rdmalloc_query_odp(pd, &general, &rc);
+	if (err)
+		return err == ENOSYS ? EOPNOTSUPP : err;
+	uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+	if (access & IBV_ACCESS_REMOTE_WRITE)
+		need |= IBV_ODP_SUPPORT_WRITE;
+	if (access & IBV_ACCESS_REMOTE_READ)
+		need |= IBV_ODP_SUPPORT_READ;
+	if (access & IBV_ACCESS_REMOTE_ATOMIC)
+		need |= IBV_ODP_SUPPORT_ATOMIC;
+	if (!(general & IBV_ODP_SUPPORT) || (rc & need) != need)
+		return EOPNOTSUPP;
+	if (implicit && !(general & IBV_ODP_SUPPORT_IMPLICIT))
+		return EOPNOTSUPP;
+	return 0;
+}
+
+uint32_t rdmalloc_next_rkey(uint32_t rkey)
+{
+	return ibv_inc_rkey(rkey);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * regtable.h - the address table: which chunk holds a pointer.
+ * addrmap.h - the address map: which chunk holds a pointer.
  *
  * A two-level radix table over the granule number (address >> 21) of a
  * 48-bit address space: 2^13 top entries in .bss pointing to leaves of 2^14
@@ -8,8 +8,8 @@
  * two dependent loads, and the chunk itself is the third: no lock, no system
  * call.  Writers hold the chunk lock; readers use acquire loads.
  */
-#ifndef RDMALLOC_REGTABLE_H
-#define RDMALLOC_REGTABLE_H
+#ifndef RDMALLOC_ADDRMAP_H
+#define RDMALLOC_ADDRMAP_H
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,16 +22,16 @@
 #define RDMALLOC_L1_BITS (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT - RDMALLOC_L2_BITS)
 #define RDMALLOC_L1_SHIFT (RDMALLOC_GRANULE_SHIFT + RDMALLOC_L2_BITS)
 
-typedef _Atomic(struct rdmalloc_chunk *) rdmalloc_slot_t;
-extern _Atomic(rdmalloc_slot_t *) rdmalloc_table[1u << RDMALLOC_L1_BITS];
+typedef _Atomic(struct rdmalloc_chunk *) rdmalloc_addrmap_entry_t;
+extern _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
 
 /* The chunk holding @p, or NULL when @p is not rdmalloc memory. */
-static inline struct rdmalloc_chunk *rdmalloc_table_lookup(const void *p)
+static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 {
 	uintptr_t a = (uintptr_t)p;
 	if (unlikely(a >> RDMALLOC_VA_BITS))
 		return NULL;
-	rdmalloc_slot_t *leaf = atomic_load_explicit(&rdmalloc_table[a >> RDMALLOC_L1_SHIFT],
+	rdmalloc_addrmap_entry_t *leaf = atomic_load_explicit(&rdmalloc_addrmap[a >> RDMALLOC_L1_SHIFT],
 						     memory_order_acquire);
 	if (unlikely(!leaf))
 		return NULL;
@@ -44,10 +44,10 @@ static inline struct rdmalloc_chunk *rdmalloc_table_lookup(const void *p)
 }
 
 /* Out-of-line copy for the unit tests. */
-RDMALLOC_TESTABLE struct rdmalloc_chunk *rdmalloc_table_find(const void *p);
+RDMALLOC_TESTABLE struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p);
 /* Publish every granule of @c (chunk lock held): 0 or ENOMEM, nothing
  * published on failure. */
-int rdmalloc_table_insert(struct rdmalloc_chunk *c);
-void rdmalloc_table_remove(struct rdmalloc_chunk *c);
+int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c);
+void rdmalloc_addrmap_remove(struct rdmalloc_chunk *c);
 
 #endif

@@ -16,14 +16,13 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
 #include "log.h"
-#include "odp.h"
 #include "options.h"
+#include "os.h"
 #include "pd.h"
 
 /* Key changes, recorded under the PD lock and told to the program after it
@@ -49,9 +48,8 @@ struct key_changes {
 static int changes_reserve(struct key_changes *kc, size_t cap)
 {
 	size_t bytes = cap * sizeof(*kc->v);
-	void *m = kc->v ? mremap(kc->v, kc->cap * sizeof(*kc->v), bytes, MREMAP_MAYMOVE)
-			: mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
+	void *m = kc->v ? rdmalloc_os_remap(kc->v, kc->cap * sizeof(*kc->v), bytes) : rdmalloc_os_map(bytes);
+	if (!m)
 		return ENOMEM;
 	kc->v = m;
 	kc->cap = cap;
@@ -163,6 +161,6 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	rdmalloc_pd_unlock();
 	if (cb)
 		report(&kc, cb, ctx);
-	munmap(kc.v, kc.cap * sizeof(*kc.v));
+	rdmalloc_os_unmap(kc.v, kc.cap * sizeof(*kc.v));
 	return err;
 }

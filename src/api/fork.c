@@ -26,7 +26,7 @@
 
 #include <pthread.h>
 
-#include "je.h"
+#include "heap.h"
 #include "lock.h"
 #include "log.h"
 #include "pd.h"
@@ -97,8 +97,6 @@ void rdmalloc_fork_register_outer(void)
 __attribute__((constructor(101))) static void fork_early(void)
 {
 	rdmalloc_fork_register_inner();
-	size_t sz = sizeof(unsigned);
-	unsigned narenas;
-	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
+	rdmalloc_heap_jemalloc_boot();
 	rdmalloc_fork_register_outer();
 }

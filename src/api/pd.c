@@ -14,7 +14,7 @@
 #include "log.h"
 #include "lock.h"
 #include "options.h"
-#include "stats.h"
+#include "counters.h"
 #include "verbs.h"
 
 static _Atomic(struct ibv_pd *) default_pd;

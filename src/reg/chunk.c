@@ -23,20 +23,17 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "fault.h"
-#include "heap.h"
+#include "addrmap.h"
+#include "counters.h"
 #include "hugepage.h"
-#include "log.h"
+#include "implicit.h"
 #include "lock.h"
-#include "odp.h"
+#include "log.h"
 #include "options.h"
-#include "pd.h"
-#include "regtable.h"
-#include "stats.h"
+#include "os.h"
 #include "verbs.h"
 
 static struct rdmalloc_chunk *all_chunks; /* published chunks */
@@ -70,8 +67,8 @@ static struct rdmalloc_chunk *desc_alloc(void)
 {
 	if (!free_descs) {
 		size_t page = (size_t)sysconf(_SC_PAGESIZE);
-		void *m = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (m == MAP_FAILED)
+		void *m = rdmalloc_os_map(page);
+		if (!m)
 			return NULL;
 		struct rdmalloc_chunk *d = m;
 		for (size_t i = 0; i < page / sizeof(*d); i++) {
@@ -92,24 +89,9 @@ static void desc_free(struct rdmalloc_chunk *c)
 	c->size = 0;
 	c->map_size = 0;
 	c->heap = NULL;
+	c->spec = NULL;
 	c->next = free_descs;
 	free_descs = c;
-}
-
-void *rdmalloc_map_aligned(size_t size, size_t align)
-{
-	size_t len = size + align;
-	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_MMAP, NULL, len);
-	char *m = ferr ? (errno = ferr, MAP_FAILED)
-		       : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	char *p = (char *)align_up((uintptr_t)m, align);
-	if (p > m)
-		munmap(m, (size_t)(p - m));
-	if (m + len > p + size)
-		munmap(p + size, (size_t)(m + len - (p + size)));
-	return p;
 }
 
 /* A change of the PD a registration belongs to (its writers are
@@ -142,7 +124,7 @@ static void reg_clear(struct rdmalloc_reg *r)
  * PD's shared one (odp.c). */
 static int implicit_odp(const struct rdmalloc_chunk *c)
 {
-	return (rdmalloc_heap_flags_of(c->heap) & RDMA_HEAP_ODP_IMPLICIT) != 0;
+	return (c->spec->flags & RDMA_HEAP_ODP_IMPLICIT) != 0;
 }
 
 /* A region for @c on @pd with @access: its own, or the shared implicit
@@ -150,8 +132,8 @@ static int implicit_odp(const struct rdmalloc_chunk *c)
 static struct ibv_mr *chunk_reg(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsigned access)
 {
 	if (implicit_odp(c))
-		return rdmalloc_odp_implicit_get(pd, access);
-	return rdmalloc_reg(pd, (void *)c->base, c->map_size, access);
+		return rdmalloc_implicit_get(pd, access);
+	return rdmalloc_reg_mr(pd, (void *)c->base, c->map_size, access);
 }
 
 /* Deregister @mr, a region of @c (or give back the shared one).  A failure
@@ -159,7 +141,7 @@ static struct ibv_mr *chunk_reg(struct rdmalloc_chunk *c, struct ibv_pd *pd, uns
  * unmapped (release()). */
 static int chunk_dereg(struct rdmalloc_chunk *c, struct ibv_mr *mr)
 {
-	int err = !mr ? 0 : implicit_odp(c) ? rdmalloc_odp_implicit_put(mr) : rdmalloc_dereg(mr);
+	int err = !mr ? 0 : implicit_odp(c) ? rdmalloc_implicit_put(mr) : rdmalloc_dereg_mr(mr);
 	if (err)
 		atomic_store(&c->dereg_failed, 1);
 	return err;
@@ -183,7 +165,7 @@ static void slot_publish(struct rdmalloc_reg *r, struct ibv_mr *mr, unsigned acc
 static int reg_slot(struct rdmalloc_chunk *c, unsigned slot, struct ibv_pd *pd)
 {
 	unsigned stamp = atomic_load_explicit(&rdmalloc_rereg_stamp, memory_order_acquire);
-	unsigned access = rdmalloc_heap_access_of(c->heap);
+	unsigned access = rdmalloc_spec_access(c->spec);
 	struct ibv_mr *mr = chunk_reg(c, pd, access);
 	if (!mr)
 		return errno ? errno : ENOMEM;
@@ -220,7 +202,7 @@ static int sync_regs(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDMA_MA
 {
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 		struct ibv_pd *have = atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed);
-		if (have == want[s] && (!have || c->reg[s].access == rdmalloc_heap_access_of(c->heap)))
+		if (have == want[s] && (!have || c->reg[s].access == rdmalloc_spec_access(c->spec)))
 			continue;
 		if (have)
 			dereg_slot(c, s);
@@ -256,14 +238,15 @@ static void log_reg_failure(size_t size, int err)
 			  size, strerror(err), (unsigned long long)rl.rlim_cur);
 }
 
-struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t size, size_t alignment)
+struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const struct rdmalloc_chunk_spec *spec,
+					     size_t size, size_t alignment)
 {
 	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
 	if (!is_pow2(align) || size == 0 || size > SIZE_MAX - align) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	int huge = (rdmalloc_heap_flags_of(heap) & RDMA_HEAP_HUGEPAGES) != 0;
+	int huge = (spec->flags & RDMA_HEAP_HUGEPAGES) != 0;
 	/* What the limit counts: the mapping, which for huge pages is rounded
 	 * up to whole 2 MiB pages (a 1 GiB-page chunk is recounted below). */
 	size_t want = huge ? rdmalloc_huge_round(size, RDMALLOC_PAGES_2M) : size;
@@ -296,7 +279,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 	unsigned used = 0; /* slots counted in slot_users for us */
 	size_t map_size = size;
 	int kind = RDMALLOC_PAGES_4K;
-	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_map_aligned(size, align);
+	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_os_map_aligned(size, align, RDMALLOC_OS_PAGES);
 	if (!p) {
 		err = errno ? errno : ENOMEM;
 		map_size = size;
@@ -313,6 +296,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 	c->map_size = map_size;
 	c->page_kind = kind;
 	c->heap = heap;
+	c->spec = spec;
 	for (;;) {
 		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
 		rdmalloc_chunk_lock();
@@ -334,7 +318,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 			rdmalloc_chunk_unlock();
 			continue;
 		}
-		if ((err = rdmalloc_table_insert(c)) != 0) {
+		if ((err = rdmalloc_addrmap_insert(c)) != 0) {
 			rdmalloc_chunk_unlock();
 			goto fail;
 		}
@@ -352,7 +336,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, size_t 
 fail:
 	if (dereg_all(c) == 0) {
 		if (p)
-			munmap(p, map_size);
+			rdmalloc_os_unmap(p, map_size);
 	} else {
 		/* A region of it is still registered: the NIC may write these
 		 * pages, so they must never go back to the kernel. */
@@ -372,7 +356,7 @@ fail:
 static void release(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();
-	rdmalloc_table_remove(c);
+	rdmalloc_addrmap_remove(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -388,7 +372,7 @@ static void release(struct rdmalloc_chunk *c)
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
 			     (void *)c->base, c->size);
 	} else {
-		munmap((void *)c->base, c->map_size);
+		rdmalloc_os_unmap((void *)c->base, c->map_size);
 	}
 	STAT_SUB(chunks, 1);
 	STAT_SUB(chunk_bytes, c->map_size);
@@ -402,7 +386,7 @@ static void release(struct rdmalloc_chunk *c)
 void rdmalloc_chunk_destroyed(void *addr, size_t size)
 {
 	rdmalloc_chunk_lock();
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(addr);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
 	if (!c || (uintptr_t)addr + size > c->base + c->size) {
 		rdmalloc_chunk_unlock();
 		rdmalloc_fatal("destroy hook for [%p, +%zu) that is not a chunk of ours", addr, size);
@@ -597,7 +581,7 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned s, unsigned access, int 
 			slot_publish(r, old, access, stamp);
 			goto report;
 		}
-		rdmalloc_log_once(RDMALLOC_LOG_INFO, "ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS) refused (%s): "
+		rdmalloc_log_once(RDMALLOC_LOG_INFO, "ibv_rereg_mr with IBV_REREG_MR_CHANGE_ACCESS refused (%s): "
 				  "regions are replaced instead (new keys)", strerror(err));
 	}
 	/* Register anew, publish the new keys, only then deregister the old
@@ -656,7 +640,7 @@ void rdmalloc_chunks_forget_registrations(void)
 			reg_clear(&c->reg[s]);
 			c->reg[s].windows = 0;
 		}
-	rdmalloc_odp_forget();
+	rdmalloc_implicit_forget();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
 }

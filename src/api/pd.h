@@ -7,8 +7,6 @@ struct ibv_pd;
 
 /* Open the default PD (once, at initialisation) and attach it. */
 void rdmalloc_pd_init(void);
-/* The PD in slot @s, or NULL (chunk.c; a lock-free read). */
-struct ibv_pd *rdmalloc_pd_slot(unsigned s);
 /* The default PD as of now (NULL if none or detached). */
 struct ibv_pd *rdmalloc_pd_default(void);
 unsigned rdmalloc_pd_count(void);

@@ -1,38 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* keys.c - rdma_malloc_mr() and rdma_malloc_keys(): pointer to keys. */
-#include "keys.h"
+#include "lookup.h"
 
 #include <errno.h>
 
 #include "chunk.h"
 #include "pd.h"
-#include "regtable.h"
-#include "stats.h"
-
-int rdmalloc_lookup(const void *ptr, size_t len, struct ibv_pd *pd, struct rdmalloc_chunk **cp,
-		    struct rdmalloc_reg **out)
-{
-	struct rdmalloc_chunk *c = rdmalloc_table_lookup(ptr);
-	if (!c)
-		return ENOENT;
-	size_t off = (uintptr_t)ptr - c->base;
-	if ((len ? len : 1) > c->size - off)
-		return ERANGE;
-	if (!pd && !(pd = rdmalloc_pd_default()))
-		return ENODEV;
-#ifdef RDMALLOC_MUTATION_WRONG_KEY /* test-only: a neighbouring chunk's keys */
-	if (c->next)
-		c = c->next;
-#endif
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
-		if (atomic_load_explicit(&c->reg[s].pd, memory_order_acquire) == pd) {
-			*cp = c;
-			*out = &c->reg[s];
-			return 0;
-		}
-	}
-	return ENODEV;
-}
+#include "addrmap.h"
+#include "counters.h"
 
 #if RDMALLOC_HAVE_MLX5DV_MKEY
 /*

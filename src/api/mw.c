@@ -21,15 +21,15 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
-#include <sys/mman.h>
 
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
-#include "keys.h"
+#include "lookup.h"
 #include "options.h"
+#include "os.h"
 #include "pd.h"
-#include "stats.h"
+#include "counters.h"
 #include "verbs.h"
 
 /* An open-addressing table keyed by window, in mmap'd memory (an
@@ -74,9 +74,8 @@ static int reserve(void)
 	if (2 * (used + 1) <= cap)
 		return 0;
 	size_t ncap = cap ? 2 * cap : 64;
-	void *m = mmap(NULL, ncap * sizeof(*table), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		       -1, 0);
-	if (m == MAP_FAILED)
+	void *m = rdmalloc_os_map(ncap * sizeof(*table));
+	if (!m)
 		return ENOMEM;
 	struct window *old = table;
 	size_t ocap = cap;
@@ -87,7 +86,7 @@ static int reserve(void)
 		if (old[i].mw)
 			put(old[i]);
 	if (old)
-		munmap(old, ocap * sizeof(*old));
+		rdmalloc_os_unmap(old, ocap * sizeof(*old));
 	return 0;
 }
 
@@ -140,7 +139,7 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 		err = errno;
 	if (!err) {
 		struct ibv_mr *mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
-		uint32_t rkey = ibv_inc_rkey(mw->rkey);
+		uint32_t rkey = rdmalloc_next_rkey(mw->rkey);
 		err = rdmalloc_bind_mw(qp, mw, mr, (uintptr_t)ptr, len, access, rkey, wr_id, send_flags);
 		if (err) {
 			rdmalloc_dealloc_mw(mw);

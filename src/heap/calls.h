@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * calls.h - jemalloc's allocation calls for the layers above (api/alloc.c,
+ * the drop-in), inline: nothing outside src/heap/ names jemalloc, and the
+ * fast paths cost what jemalloc's own calls cost.
+ */
+#ifndef RDMALLOC_CALLS_H
+#define RDMALLOC_CALLS_H
+
+#include <stddef.h>
+
+#include "je.h"
+
+/* Flags of the *x calls (jemalloc's MALLOCX_*). */
+#define RDMALLOC_ZERO MALLOCX_ZERO
+#define RDMALLOC_ALIGN(a) MALLOCX_ALIGN(a)
+#define RDMALLOC_ARENA(a) MALLOCX_ARENA(a)
+#define RDMALLOC_TCACHE_NONE MALLOCX_TCACHE_NONE
+
+/* With explicit flags: a heap's arena and cache (heap.h gives them). */
+static inline void *rdmalloc_mallocx(size_t size, int flags)
+{
+	return je_mallocx(size, flags);
+}
+
+static inline void *rdmalloc_rallocx(void *p, size_t size, int flags)
+{
+	return je_rallocx(p, size, flags);
+}
+
+static inline void rdmalloc_dallocx(void *p, int flags)
+{
+	je_dallocx(p, flags);
+}
+
+static inline size_t rdmalloc_sallocx(const void *p)
+{
+	return je_sallocx(p, 0);
+}
+
+/* The drop-in's fast path: the calling thread's arena and automatic cache. */
+static inline void *rdmalloc_auto_malloc(size_t size)
+{
+	return je_malloc(size);
+}
+
+static inline void *rdmalloc_auto_calloc(size_t n, size_t size)
+{
+	return je_calloc(n, size);
+}
+
+static inline void *rdmalloc_auto_realloc(void *p, size_t size)
+{
+	return je_realloc(p, size);
+}
+
+static inline void rdmalloc_auto_free(void *p)
+{
+	je_free(p);
+}
+
+static inline size_t rdmalloc_auto_usable_size(void *p)
+{
+	return je_malloc_usable_size(p);
+}
+
+#endif

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* os.c - the kernel's memory calls (os.h). */
+#include "os.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include "fault.h"
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MAP_HUGE_2MB
+#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
+#endif
+#ifndef MAP_HUGE_1GB
+#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
+#endif
+
+static void *map(size_t len, int flags)
+{
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+void *rdmalloc_os_map(size_t len)
+{
+	return map(len, 0);
+}
+
+void *rdmalloc_os_reserve(size_t len)
+{
+	return map(len, MAP_NORESERVE);
+}
+
+void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages pages)
+{
+	size_t page = pages == RDMALLOC_OS_HUGE_1G ? (size_t)1 << 30
+		      : pages == RDMALLOC_OS_HUGE_2M ? (size_t)2 << 20
+						     : 4096;
+	int flags = pages == RDMALLOC_OS_HUGE_1G ? MAP_HUGETLB | MAP_HUGE_1GB
+		    : pages == RDMALLOC_OS_HUGE_2M ? MAP_HUGETLB | MAP_HUGE_2MB
+						   : 0;
+	/* Huge pages come aligned to their size; ordinary chunks are always
+	 * over-mapped (jemalloc asks for more than a page of alignment). */
+	size_t extra = pages == RDMALLOC_OS_PAGES || align > page ? align : 0;
+	if (len > SIZE_MAX - extra) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pages == RDMALLOC_OS_PAGES) {
+		int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_MMAP, NULL, len + extra);
+		if (ferr) {
+			errno = ferr;
+			return NULL;
+		}
+	}
+	char *m = map(len + extra, flags);
+	if (!m || !extra)
+		return m;
+	char *p = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
+	if (p > m)
+		munmap(m, (size_t)(p - m));
+	if (m + len + extra > p + len)
+		munmap(p + len, (size_t)(m + len + extra - (p + len)));
+	return p;
+}
+
+void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len)
+{
+	void *m = mremap(old, old_len, new_len, MREMAP_MAYMOVE);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+void rdmalloc_os_unmap(void *p, size_t len)
+{
+	munmap(p, len);
+}
+
+int rdmalloc_os_dontneed(void *p, size_t len)
+{
+	return madvise(p, len, MADV_DONTNEED) ? errno : 0;
+}
+
+int rdmalloc_os_thp(void *p, size_t len)
+{
+	return madvise(p, len, MADV_HUGEPAGE) ? errno : 0;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* os.h - the kernel's memory calls: every mmap, mremap, munmap and madvise
+ * of the library and the drop-in is here. */
+#ifndef RDMALLOC_OS_H
+#define RDMALLOC_OS_H
+
+#include <stddef.h>
+
+/* Anonymous read-write memory of @len bytes: NULL with errno. */
+void *rdmalloc_os_map(size_t len);
+/* The same as address space only (MAP_NORESERVE): pages count as touched. */
+void *rdmalloc_os_reserve(size_t len);
+
+enum rdmalloc_os_pages {
+	RDMALLOC_OS_PAGES = 0, /* ordinary pages */
+	RDMALLOC_OS_HUGE_2M,   /* MAP_HUGETLB | MAP_HUGE_2MB */
+	RDMALLOC_OS_HUGE_1G,   /* MAP_HUGETLB | MAP_HUGE_1GB */
+};
+
+/*
+ * @len bytes (a multiple of the page size of @pages) at an address aligned
+ * to @align (a power of two): mapped larger and trimmed when the kernel's
+ * own alignment is not enough.  NULL with errno.  Ordinary pages pass the
+ * MMAP fault site (fault.h).
+ */
+void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages pages);
+/* Grow or shrink a mapping of rdmalloc_os_map(), maybe moving it: NULL
+ * with errno (the old one is then intact). */
+void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len);
+void rdmalloc_os_unmap(void *p, size_t len);
+/* Give the pages of [p, p+len) back (MADV_DONTNEED): 0 or errno. */
+int rdmalloc_os_dontneed(void *p, size_t len);
+/* Ask for transparent huge pages on [p, p+len) (MADV_HUGEPAGE): 0 or errno. */
+int rdmalloc_os_thp(void *p, size_t len);
+
+#endif

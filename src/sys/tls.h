@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/* tls.h - the thread-local word every layer and the drop-in read: whether
+ * this thread is inside one of rdmalloc's verbs calls or extent hooks, and
+ * the drop-in's arena binding (defined in verbs.c, which raises it). */
+#ifndef RDMALLOC_TLS_H
+#define RDMALLOC_TLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler.h"
+
+/*
+ * Non-zero while this thread is inside a verbs call made by rdmalloc.  The
+ * LD_PRELOAD drop-in then serves the thread's allocations (libibverbs
+ * allocates inside ibv_reg_mr) from its nest, never from jemalloc
+ * (preload/nest.c), and passes its own ibv_reg_mr calls straight to
+ * libibverbs.
+ */
+struct rdmalloc_tl_state {
+	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
+	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed */
+};
+extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
+#define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
+/* An extent hook of ours is running on this thread: jemalloc may hold one of
+ * its arena locks, and serves any allocation from arena 0 whatever the
+ * flags ask (its reentrancy rule).  Hooks add it to in_verbs, so the
+ * drop-in treats a hook as a verbs call: its allocations go to the nest. */
+#define RDMALLOC_TL_IN_HOOK 0x10000
+#define rdmalloc_tl_in_hook (rdmalloc_tl.in_verbs >= RDMALLOC_TL_IN_HOOK)
+/* The drop-in's fast path reads both words at once: one TLS compare. */
+_Static_assert(sizeof(struct rdmalloc_tl_state) == sizeof(uint64_t) &&
+		       offsetof(struct rdmalloc_tl_state, bound) == 4,
+	       "rdmalloc_tl_state is read as one 64-bit word");
+
+#endif
