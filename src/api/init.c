@@ -19,6 +19,7 @@
 #include "options.h"
 #include "pd.h"
 #include "rdma_malloc.h"
+#include "verbs.h"
 
 atomic_int rdmalloc_ready;
 /* The INIT lock (lock.h) is held across the whole initialisation and taken
@@ -57,6 +58,7 @@ static void init_once(void)
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
 	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */
+	rdmalloc_verbs_init();
 	rdmalloc_pd_init();
 	rdmalloc_heap_init(rdmalloc_opts.access);
 	if (rdmalloc_opts.stats != RDMALLOC_STATS_OFF) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tls.h - the thread-local word every layer and the drop-in read: whether
  * this thread is inside one of rdmalloc's verbs calls or extent hooks, and
- * the drop-in's arena binding (defined in verbs.c, which raises it). */
+ * the drop-in's arena binding (verbs.c and the extent hooks raise it). */
 #ifndef RDMALLOC_TLS_H
 #define RDMALLOC_TLS_H
 

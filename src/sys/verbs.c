@@ -2,6 +2,7 @@
 /* verbs.c - the verbs backend: the one place that calls libibverbs. */
 #include "verbs.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -12,14 +13,50 @@
 #include "log.h"
 #include "counters.h"
 
+/*
+ * libibverbs' own registration functions, bound once at initialisation
+ * (rdmalloc_verbs_init) in libibverbs itself: under the LD_PRELOAD drop-in
+ * a call by name would reach the drop-in's wrappers (preload/elide.c),
+ * which exist for the program's calls, not ours.  Until bound (or if
+ * binding fails, logged and counted) they are the functions by name.
+ */
+typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
+typedef int (*dereg_fn)(struct ibv_mr *);
+static reg_iova2_fn libibverbs_reg_mr_iova2 = ibv_reg_mr_iova2;
+static dereg_fn libibverbs_dereg_mr = ibv_dereg_mr;
+
+void *rdmalloc_verbs_real(const char *name, const char *version)
+{
+	void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *f = lib ? dlvsym(lib, name, version) : NULL;
+	if (lib)
+		dlclose(lib); /* NOLOAD: only drops the reference just taken */
+	return f;
+}
+
+void rdmalloc_verbs_init(void)
+{
+	reg_iova2_fn reg = (reg_iova2_fn)rdmalloc_verbs_real("ibv_reg_mr_iova2", "IBVERBS_1.8");
+	dereg_fn dereg = (dereg_fn)rdmalloc_verbs_real("ibv_dereg_mr", "IBVERBS_1.1");
+	if (!reg || !dereg) {
+		STAT_INC(fallbacks);
+		rdmalloc_log(RDMALLOC_LOG_WARN, "cannot bind libibverbs' ibv_reg_mr_iova2/ibv_dereg_mr (%s): "
+			     "rdmalloc calls them by name", dlerror());
+		return;
+	}
+	libibverbs_reg_mr_iova2 = reg;
+	libibverbs_dereg_mr = dereg;
+}
+
 static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
-	return ibv_reg_mr(pd, addr, len, (int)access);
+	/* What ibv_reg_mr() expands to for flags that are not a constant. */
+	return libibverbs_reg_mr_iova2(pd, addr, len, (uintptr_t)addr, access);
 }
 
 static int real_dereg_mr(struct ibv_mr *mr)
 {
-	return ibv_dereg_mr(mr);
+	return libibverbs_dereg_mr(mr);
 }
 
 static int port_active(struct ibv_context *ctx)
@@ -152,27 +189,112 @@ static int real_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *a
 	return ibv_advise_mr(pd, (enum ibv_advise_mr_advice)advice, flags, &sge, 1);
 }
 
-static const struct rdmalloc_verbs_ops real_ops = {
-	.reg_mr = real_reg_mr,
-	.dereg_mr = real_dereg_mr,
-	.open_default_pd = real_open_default_pd,
-	.rereg_mr = real_rereg_mr,
-	.alloc_mw = real_alloc_mw,
-	.dealloc_mw = real_dealloc_mw,
-	.bind_mw = real_bind_mw,
-	.local_inv = real_local_inv,
-	.query_odp = real_query_odp,
-	.advise_mr = real_advise_mr,
-};
+/* The real table: a macro, so that the active table can start as a copy. */
+#define REAL_OPS                                         \
+	{                                                \
+		.reg_mr = real_reg_mr,                   \
+		.dereg_mr = real_dereg_mr,               \
+		.open_default_pd = real_open_default_pd, \
+		.rereg_mr = real_rereg_mr,               \
+		.alloc_mw = real_alloc_mw,               \
+		.dealloc_mw = real_dealloc_mw,           \
+		.bind_mw = real_bind_mw,                 \
+		.local_inv = real_local_inv,             \
+		.query_odp = real_query_odp,             \
+		.advise_mr = real_advise_mr,             \
+	}
+static const struct rdmalloc_verbs_ops real_ops = REAL_OPS;
 
-static const struct rdmalloc_verbs_ops *ops = &real_ops;
+/* What a backend leaves out answers EOPNOTSUPP (rdma-core's dummy ops): the
+ * calls below never test for NULL. */
+static struct ibv_mr *unsupported_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
+{
+	(void)pd, (void)addr, (void)len, (void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
 
-_Alignas(8) RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
+static int unsupported_dereg_mr(struct ibv_mr *mr)
+{
+	(void)mr;
+	return EOPNOTSUPP;
+}
 
+static struct ibv_pd *unsupported_open_default_pd(const char *device, char *why, size_t whylen)
+{
+	(void)device;
+	snprintf(why, whylen, "the verbs backend opens no device");
+	errno = ENODEV;
+	return NULL;
+}
+
+static int unsupported_rereg_mr(struct ibv_mr *mr, unsigned int access, int *broken)
+{
+	(void)mr, (void)access;
+	*broken = 0;
+	return EOPNOTSUPP;
+}
+
+static struct ibv_mw *unsupported_alloc_mw(struct ibv_pd *pd, int type)
+{
+	(void)pd, (void)type;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+static int unsupported_dealloc_mw(struct ibv_mw *mw)
+{
+	(void)mw;
+	return EOPNOTSUPP;
+}
+
+static int unsupported_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
+			       unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	(void)qp, (void)mw, (void)mr, (void)addr, (void)len, (void)access, (void)rkey, (void)wr_id,
+		(void)send_flags;
+	return EOPNOTSUPP;
+}
+
+static int unsupported_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
+{
+	(void)qp, (void)rkey, (void)wr_id, (void)send_flags;
+	return EOPNOTSUPP;
+}
+
+static int unsupported_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
+{
+	(void)pd, (void)general, (void)rc;
+	return EOPNOTSUPP;
+}
+
+static int unsupported_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len,
+				 uint32_t lkey)
+{
+	(void)pd, (void)advice, (void)flags, (void)addr, (void)len, (void)lkey;
+	return EOPNOTSUPP;
+}
+
+static struct rdmalloc_verbs_ops active = REAL_OPS;
+static const struct rdmalloc_verbs_ops *const ops = &active;
+
+#define FILL_(op) active.op = o->op ? o->op : unsupported_##op
 void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *o)
 {
-	ops = o ? o : &real_ops;
+	if (!o)
+		o = &real_ops;
+	FILL_(reg_mr);
+	FILL_(dereg_mr);
+	FILL_(open_default_pd);
+	FILL_(rereg_mr);
+	FILL_(alloc_mw);
+	FILL_(dealloc_mw);
+	FILL_(bind_mw);
+	FILL_(local_inv);
+	FILL_(query_odp);
+	FILL_(advise_mr);
 }
+#undef FILL_
 
 static uint64_t now_ns(void)
 {
@@ -240,8 +362,6 @@ struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t wh
 int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 {
 	*broken = 0;
-	if (!ops->rereg_mr)
-		return EOPNOTSUPP;
 	rdmalloc_tl_in_verbs++;
 	int err = ops->rereg_mr(mr, access, broken);
 	rdmalloc_tl_in_verbs--;
@@ -252,10 +372,6 @@ int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 
 struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 {
-	if (!ops->alloc_mw) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
 	errno = 0;
 	rdmalloc_tl_in_verbs++;
 	struct ibv_mw *mw = ops->alloc_mw(pd, type);
@@ -271,8 +387,6 @@ struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 
 int rdmalloc_dealloc_mw(struct ibv_mw *mw)
 {
-	if (!ops->dealloc_mw)
-		return EOPNOTSUPP;
 	rdmalloc_tl_in_verbs++;
 	int err = ops->dealloc_mw(mw);
 	rdmalloc_tl_in_verbs--;
@@ -284,8 +398,6 @@ int rdmalloc_dealloc_mw(struct ibv_mw *mw)
 int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
 		     unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
 {
-	if (!ops->bind_mw)
-		return EOPNOTSUPP;
 	rdmalloc_tl_in_verbs++;
 	int err = ops->bind_mw(qp, mw, mr, addr, len, access, rkey, wr_id, send_flags);
 	rdmalloc_tl_in_verbs--;
@@ -294,8 +406,6 @@ int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, ui
 
 int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
 {
-	if (!ops->local_inv)
-		return EOPNOTSUPP;
 	rdmalloc_tl_in_verbs++;
 	int err = ops->local_inv(qp, rkey, wr_id, send_flags);
 	rdmalloc_tl_in_verbs--;
@@ -304,8 +414,6 @@ int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigne
 
 int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 {
-	if (!ops->query_odp)
-		return EOPNOTSUPP;
 	rdmalloc_tl_in_verbs++;
 	int err = ops->query_odp(pd, general, rc);
 	rdmalloc_tl_in_verbs--;
@@ -314,8 +422,6 @@ int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 
 int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey)
 {
-	if (!ops->advise_mr)
-		return EOPNOTSUPP;
 	rdmalloc_tl_in_verbs++;
 	int err = ops->advise_mr(pd, advice, flags, addr, len, lkey);
 	rdmalloc_tl_in_verbs--;

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
-#include "tls.h"
+#include "tls.h" /* rdmalloc_tl_in_verbs, raised around every call */
 
 struct ibv_pd;
 struct ibv_mr;
@@ -29,8 +29,9 @@ struct rdmalloc_verbs_ops {
 	 * allocate a PD on it; NULL with errno and a reason in @why. */
 	struct ibv_pd *(*open_default_pd)(const char *device, char *why, size_t whylen);
 	/*
-	 * The ops below are optional (NULL: EOPNOTSUPP), so that a backend
-	 * written before them keeps working.
+	 * Any op may be left NULL: rdmalloc_verbs_set_ops fills it with one
+	 * that fails with EOPNOTSUPP (ENODEV for open_default_pd), so callers
+	 * never test for NULL.
 	 */
 	/* ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, ...): 0, or an errno
 	 * value with *@broken set when the region must no longer be used
@@ -53,8 +54,14 @@ struct rdmalloc_verbs_ops {
 	int (*advise_mr)(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
 };
 
-/* Must be called before the library initialises (before any allocation). */
+/* Must be called before the library initialises (before any allocation).
+ * The table is copied; NULL is the real one. */
 RDMALLOC_TESTABLE void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *ops);
+/* At initialisation: bind the real backend's registration calls to
+ * libibverbs' own functions (not the drop-in's wrappers of them). */
+void rdmalloc_verbs_init(void);
+/* libibverbs' own @name@@version (not an interposed one), or NULL. */
+void *rdmalloc_verbs_real(const char *name, const char *version);
 
 /* Register [addr, addr+len) with @pd, timing and counting it. */
 struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);
