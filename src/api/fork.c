@@ -26,9 +26,12 @@
 
 #include <pthread.h>
 
+#include "chunk.h"
+#include "counters.h"
 #include "heap.h"
 #include "lock.h"
 #include "log.h"
+#include "mw.h"
 #include "pd.h"
 
 static void inner_prepare(void)
@@ -56,9 +59,15 @@ static void outer_parent(void)
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
 }
 
+/* The child has one thread, and none of the parent's registrations: each
+ * layer forgets its part, taking no lock. */
 static void outer_child(void)
 {
-	rdmalloc_pd_forget(); /* takes no lock: the child has one thread */
+	rdmalloc_pd_forget();
+	rdmalloc_chunks_forget_registrations();
+	rdmalloc_mw_forget();
+	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
+	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 }
 

@@ -40,7 +40,7 @@ unsigned rdmalloc_pd_count(void)
 {
 	unsigned n = 0;
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		n += rdmalloc_pd_slot(s) != NULL;
+		n += rdmalloc_pd_at(s) != NULL;
 	return n;
 }
 
@@ -48,8 +48,6 @@ void rdmalloc_pd_forget(void)
 {
 	atomic_store_explicit(&default_pd, NULL, memory_order_relaxed);
 	opened_pd = NULL;
-	rdmalloc_chunks_forget_registrations();
-	rdmalloc_mw_forget();
 }
 
 void rdmalloc_pd_init(void)
@@ -105,7 +103,7 @@ RDMA_EXPORT int rdma_malloc_detach_pd(struct ibv_pd *pd)
 	 * failed deregistration detaches all the same, EBUSY does not. */
 	int still = 0;
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		still |= rdmalloc_pd_slot(s) == pd;
+		still |= rdmalloc_pd_at(s) == pd;
 	if (!still && pd == rdmalloc_pd_default())
 		atomic_store_explicit(&default_pd, NULL, memory_order_release);
 	rdmalloc_pd_unlock();

@@ -13,7 +13,7 @@ unsigned rdmalloc_pd_count(void);
 /* The outer lock serialising attach, detach and heap destruction. */
 void rdmalloc_pd_lock(void);
 void rdmalloc_pd_unlock(void);
-/* In a fork child: the default PD and every registration are the parent's. */
+/* In a fork child: the default PD is the parent's (fork.c). */
 void rdmalloc_pd_forget(void);
 
 #endif
