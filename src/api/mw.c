@@ -37,7 +37,7 @@
 struct window {
 	struct ibv_mw *mw; /* NULL: free entry */
 	struct rdmalloc_chunk *chunk;
-	unsigned slot;
+	unsigned index; /* its registration: chunk->reg[index] */
 };
 
 static struct window *table;
@@ -169,7 +169,7 @@ RDMA_EXPORT int rdma_malloc_mw_revoke(struct ibv_qp *qp, struct ibv_mw *mw, uint
 	if (mw->type == IBV_MW_TYPE_1) {
 		rdmalloc_pd_lock(); /* the region stays while its window is recorded */
 		struct window *w = find(mw);
-		struct ibv_mr *mr = w ? atomic_load_explicit(&w->chunk->reg[w->slot].mr, memory_order_relaxed)
+		struct ibv_mr *mr = w ? atomic_load_explicit(&w->chunk->reg[w->index].mr, memory_order_relaxed)
 				      : NULL;
 		err = rdmalloc_bind_mw(qp, mw, mr, mr ? (uintptr_t)mr->addr : 0, 0, 0, 0, wr_id, send_flags);
 		rdmalloc_pd_unlock();
@@ -190,7 +190,7 @@ RDMA_EXPORT int rdma_malloc_mw_free(struct ibv_mw *mw)
 	int err = rdmalloc_dealloc_mw(mw);
 	struct window *w;
 	if (!err && (w = find(mw)) != NULL) { /* a failed dealloc leaves the window bound */
-		w->chunk->reg[w->slot].windows--;
+		w->chunk->reg[w->index].windows--;
 		drop(w);
 	}
 	rdmalloc_pd_unlock();

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* chunk.h - chunks: memory mapped for a heap, registered with every attached
- * PD, and published in the address table. */
+ * PD, and published in the address map. */
 #ifndef RDMALLOC_CHUNK_H
 #define RDMALLOC_CHUNK_H
 
@@ -59,9 +59,9 @@ static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec
 /*
  * A chunk is one allocation of an extent hook: jemalloc's extent
  * [base, base + size).  Chunks are aligned to RDMALLOC_GRANULE, so each
- * granule of the address space belongs to at most one chunk; the table maps
- * granules to chunks.  base, size and heap never change while the chunk is
- * published.
+ * granule of the address space belongs to at most one chunk; the address
+ * map maps granules to chunks.  base, size and heap never change while the
+ * chunk is published.
  */
 struct rdmalloc_chunk {
 	uintptr_t base;
@@ -70,7 +70,7 @@ struct rdmalloc_chunk {
 	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
 	struct rdmalloc_heap *heap;              /* its owner: only compared here */
 	const struct rdmalloc_chunk_spec *spec; /* its owner's flags */
-	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* slot i = attached PD i */
+	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* reg[i]: with PD i of the PD table */
 	size_t destroyed;                             /* bytes handed back by the destroy hook */
 	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
 	struct rdmalloc_chunk *next, *prev;           /* all chunks, under the chunk lock */
@@ -100,14 +100,15 @@ void rdmalloc_chunk_destroyed(void *addr, size_t size);
  * how many there were.  Takes the chunk lock. */
 size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap);
 
-/* The PD in slot @s, or NULL (a lock-free read). */
-struct ibv_pd *rdmalloc_pd_slot(unsigned s);
+/* PD @i of the PD table (registration reg[i] of every chunk), or NULL (a
+ * lock-free read). */
+struct ibv_pd *rdmalloc_pd_at(unsigned i);
 
-/* Register every chunk, now and from now on, with @pd (in a free slot);
+/* Register every chunk, now and from now on, with @pd (at a free index);
  * all or nothing.  0, EEXIST, ENOSPC or the errno of the failed
  * registration.  The caller serialises attach/detach (rdmalloc_pd_lock). */
 int rdmalloc_chunks_attach(struct ibv_pd *pd);
-/* Deregister every chunk from @pd and free its slot, once no chunk being
+/* Deregister every chunk from @pd and free its index, once no chunk being
  * created still registers with it.  0, ENODEV, EBUSY (a memory window is
  * allocated on a region of @pd: nothing done), or the first errno of a
  * failed deregistration (the PD is detached all the same).  The caller
@@ -129,8 +130,8 @@ int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_k
 			  rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed);
 /* The registration stamp new registrations get (rereg.c bumps it). */
 extern _Atomic unsigned rdmalloc_rereg_stamp;
-/* Bump the PD generation, so that chunks being created register again
- * (after a heap's access flags changed). */
+/* Bump the registration generation, so that chunks being created register
+ * again (after a heap's access flags changed). */
 void rdmalloc_chunks_bump_gen(void);
 /* How many registrations (chunk x PD) @heap has now: a bound for the
  * reports of one access change.  Takes the chunk lock. */
