@@ -35,7 +35,7 @@ struct rdmalloc_heap {
 	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
 	struct rdmalloc_chunk_spec spec; /* access (rdma_heap_set_access, PD lock) and flags */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
-	unsigned slot;
+	unsigned index; /* in heaps[] and heap_store[] */
 	uint32_t gen; /* unique per heap lifetime, never 0 */
 	_Atomic int auto_tcache; /* rdmalloc_heap_set_auto_tcache */
 	/* arenas[0] from creation (mallocx's arena); more from
@@ -47,9 +47,9 @@ struct rdmalloc_heap {
 #define TC_MAX 4096
 
 static _Atomic(struct rdmalloc_heap *) heaps[RDMA_MALLOC_MAX_HEAPS];
-/* Heap structs live here, one per slot, and are never unmapped: a stale
+/* Heap structs live here, one per index of heaps[], and are never unmapped: a stale
  * handle (a heap destroyed twice) reads valid memory and is refused while
- * its slot stays free. */
+ * its index stays free. */
 static struct rdmalloc_heap heap_store[RDMA_MALLOC_MAX_HEAPS];
 
 /* Is @h the start of one of heap_store's entries? */
@@ -80,6 +80,15 @@ unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h)
 	return rdmalloc_spec_access(&h->spec);
 }
 
+unsigned int rdmalloc_heap_implied_access(unsigned int flags, unsigned int access)
+{
+	if (flags & RDMA_HEAP_MW_BIND)
+		access |= IBV_ACCESS_MW_BIND_;
+	if (flags & RDMA_HEAP_ODP)
+		access |= IBV_ACCESS_ON_DEMAND_;
+	return access;
+}
+
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h)
 {
 	return h->spec.flags;
@@ -105,7 +114,7 @@ struct rdmalloc_heap *rdmalloc_heap_live(const rdma_heap_t *heap)
 	const struct rdmalloc_heap *h = (const struct rdmalloc_heap *)heap;
 	if (!h)
 		return default_heap;
-	if (!in_store(h) || atomic_load_explicit(&heaps[h->slot], memory_order_acquire) != h)
+	if (!in_store(h) || atomic_load_explicit(&heaps[h->index], memory_order_acquire) != h)
 		return NULL;
 	return (struct rdmalloc_heap *)h;
 }
@@ -128,45 +137,8 @@ unsigned rdmalloc_heap_count(void)
 	return n;
 }
 
-static int arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen)
-{
-	char name[64];
-	snprintf(name, sizeof(name), "arena.%u.%s", arena, what);
-	return je_mallctl(name, oldp, oldlen, newp, newlen);
-}
 
-const void *rdmalloc_arena_hooks(unsigned arena)
-{
-	extent_hooks_t *h = NULL;
-	size_t sz = sizeof(h);
-	if (arena_ctl(arena, "extent_hooks", &h, &sz, NULL, 0))
-		return NULL;
-	return h;
-}
 
-const void *rdmalloc_default_extent_hooks(void)
-{
-	return rdmalloc_arena_hooks(0);
-}
-
-unsigned rdmalloc_automatic_arenas(void)
-{
-	unsigned n = 0;
-	size_t sz = sizeof(n);
-	if (je_mallctl("opt.narenas", &n, &sz, NULL, 0))
-		return 0;
-	return n;
-}
-
-void *rdmalloc_probe_malloc(size_t size)
-{
-	return je_malloc(size);
-}
-
-void rdmalloc_probe_free(void *p)
-{
-	je_free(p);
-}
 
 uint64_t rdmalloc_heap_live_bytes(void)
 {
@@ -238,7 +210,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no jemalloc thread cache left: this thread "
 				  "allocates from heap %u uncached (slower; counted in tcache_fallbacks)",
-				  h->slot);
+				  h->index);
 	} else {
 		pthread_setspecific(tc_key, (void *)1);
 	}
@@ -249,7 +221,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 
 static inline int tcache_flag(struct rdmalloc_heap *h)
 {
-	struct tl_cache *t = &tl[h->slot];
+	struct tl_cache *t = &tl[h->index];
 	if (likely(t->gen == h->gen))
 		return t->tcflag;
 	return tcache_slow(h, t);
@@ -292,11 +264,11 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 	size_t grow = rdmalloc_opts.chunk_max;
 	/* An ODP heap keeps jemalloc's decay: its purges are allowed. */
 	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
-	if (arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
-	    (pinned && arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
-	    (pinned && arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
+	if (rdmalloc_arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
+	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
+	    (pinned && rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
-	if (grow && arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
+	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
 				  "grow by jemalloc's default series", grow);
@@ -335,25 +307,21 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 {
 	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	struct rdmalloc_heap *h = NULL;
-	unsigned slot = 0;
-	while (slot < RDMA_MALLOC_MAX_HEAPS && atomic_load_explicit(&heaps[slot], memory_order_relaxed))
-		slot++;
-	if (slot == RDMA_MALLOC_MAX_HEAPS) {
+	unsigned index = 0;
+	while (index < RDMA_MALLOC_MAX_HEAPS && atomic_load_explicit(&heaps[index], memory_order_relaxed))
+		index++;
+	if (index == RDMA_MALLOC_MAX_HEAPS) {
 		*err = EAGAIN;
 		goto out;
 	}
-	h = &heap_store[slot];
+	h = &heap_store[index];
 	memset(h, 0, sizeof(*h));
 	/* ODP heaps are not pinned: purging gives pages back, and the NIC
 	 * faults them in again (hooks.c). */
 	h->hooks = flags & RDMA_HEAP_ODP ? rdmalloc_extent_hooks_odp : rdmalloc_extent_hooks;
-	if (flags & RDMA_HEAP_MW_BIND)
-		access |= IBV_ACCESS_MW_BIND_;
-	if (flags & RDMA_HEAP_ODP)
-		access |= IBV_ACCESS_ON_DEMAND_;
-	atomic_init(&h->spec.access, access);
+	atomic_init(&h->spec.access, rdmalloc_heap_implied_access(flags, access));
 	h->spec.flags = flags;
-	h->slot = slot;
+	h->index = index;
 	if (++gen_counter == 0)
 		++gen_counter;
 	h->gen = gen_counter;
@@ -363,7 +331,7 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 		goto out;
 	}
 	atomic_init(&h->narenas, 1);
-	atomic_store_explicit(&heaps[slot], h, memory_order_release);
+	atomic_store_explicit(&heaps[index], h, memory_order_release);
 out:
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return h;
@@ -392,7 +360,7 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 	if (!h || h == default_heap || !in_store(h) || rdmalloc_heap_auto_tcache(h))
 		return EINVAL;
 	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-	if (atomic_load_explicit(&heaps[h->slot], memory_order_relaxed) != h) {
+	if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h) {
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EINVAL;
 	}
@@ -402,7 +370,7 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EBUSY;
 	}
-	atomic_store_explicit(&heaps[h->slot], NULL, memory_order_release);
+	atomic_store_explicit(&heaps[h->index], NULL, memory_order_release);
 	/* jemalloc requires every cache that holds the arena's memory to be
 	 * flushed before arena.<i>.destroy. */
 	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
@@ -411,47 +379,24 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 			tcache_destroy_locked(tc);
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
-		if (arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))
+		if (rdmalloc_arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))
 			rdmalloc_fatal("arena.%u.destroy failed", h->arenas[i]);
 	size_t left = rdmalloc_chunk_release_heap(h);
 	if (left)
 		rdmalloc_log(RDMALLOC_LOG_DEBUG, "%zu chunks of heap %u released after arena destroy",
-			     left, h->slot);
+			     left, h->index);
 	rdmalloc_unlock(RDMALLOC_LOCK_PD);
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return 0;
 }
 
-void rdmalloc_heap_jemalloc_boot(void)
-{
-	size_t sz = sizeof(unsigned);
-	unsigned narenas;
-	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
-}
 
-int rdmalloc_heap_jemalloc_retains(void)
-{
-	bool retain = true;
-	size_t sz = sizeof(retain);
-	return je_mallctl("opt.retain", &retain, &sz, NULL, 0) != 0 || retain;
-}
-
-int rdmalloc_heap_bind_thread(unsigned arena)
-{
-	return je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
-}
-
-size_t rdmalloc_heap_tcache_max(void)
-{
-	size_t v = 0, sz = sizeof(v);
-	return je_mallctl("arenas.tcache_max", &v, &sz, NULL, 0) ? 0 : v;
-}
 
 void rdmalloc_heap_purge(rdma_heap_t *heap)
 {
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
-		arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
+		rdmalloc_arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
 }
 
 uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h)

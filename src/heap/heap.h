@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
+#include "jemalloc.h"
 #include "options.h"
 #include "rdma_malloc.h"
 
@@ -15,14 +16,8 @@ struct rdmalloc_heap;
 
 /* Create the default heap (initialisation). */
 void rdmalloc_heap_init(unsigned int access);
-/* Initialise the private jemalloc now (its fork handlers come in then). */
-void rdmalloc_heap_jemalloc_boot(void);
-/* Whether jemalloc keeps unused address space (opt.retain). */
-int rdmalloc_heap_jemalloc_retains(void);
-/* Bind the calling thread to @arena (thread.arena): 0 or errno. */
-int rdmalloc_heap_bind_thread(unsigned arena);
 /* A heap with checked @access and @flags: NULL with *@err (EAGAIN: no heap
- * slot left, or jemalloc's errno). */
+ * left, or jemalloc's errno). */
 struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, int *err);
 /* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
  * default or the drop-in's) or EBUSY (a memory window on its memory).
@@ -33,6 +28,9 @@ uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h);
 struct rdmalloc_heap *rdmalloc_heap_get_default(void);
 
 unsigned int rdmalloc_heap_access_of(const struct rdmalloc_heap *h);
+/* @access with the bits that heap flags @flags imply (MW_BIND, ON_DEMAND):
+ * what a heap's regions are registered with. */
+unsigned int rdmalloc_heap_implied_access(unsigned int flags, unsigned int access);
 /* RDMA_HEAP_* flags; fixed for the heap's life. */
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
 /* What the chunk layer reads of @h (chunk.h): its access and flags. */
@@ -42,8 +40,6 @@ const struct rdmalloc_chunk_spec *rdmalloc_heap_spec(const struct rdmalloc_heap 
 #define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */
 /* For the tests: arena.<i>.purge of @heap (an ODP heap gives pages back). */
 RDMALLOC_TESTABLE void rdmalloc_heap_purge(rdma_heap_t *heap);
-/* For the tests: the largest block jemalloc's thread caches keep. */
-RDMALLOC_TESTABLE size_t rdmalloc_heap_tcache_max(void);
 #define IBV_ACCESS_MW_BIND_ 0x10u /* IBV_ACCESS_MW_BIND, without verbs.h */
 /* rdma_heap_set_access (PD lock held): the flags new registrations get. */
 void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access);
@@ -78,15 +74,7 @@ unsigned rdmalloc_heap_arena_at(const struct rdmalloc_heap *h, unsigned i);
 /* The heap whose hooks are @hooks (an extent_hooks_t *). */
 struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks);
 
-/* For the tests: the arena index of @h, and the hooks installed on any arena. */
+/* The arena index of @h (its first, what mallocx uses). */
 RDMALLOC_TESTABLE unsigned rdmalloc_heap_arena(const struct rdmalloc_heap *h);
-RDMALLOC_TESTABLE const void *rdmalloc_arena_hooks(unsigned arena);
-RDMALLOC_TESTABLE const void *rdmalloc_default_extent_hooks(void);
-RDMALLOC_TESTABLE unsigned rdmalloc_automatic_arenas(void);
-/* The private jemalloc's own malloc/free (automatic arenas), for the tests
- * that re-enter jemalloc from inside a hook, as libibverbs does under the
- * LD_PRELOAD drop-in. */
-RDMALLOC_TESTABLE void *rdmalloc_probe_malloc(size_t size);
-RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
 
 #endif

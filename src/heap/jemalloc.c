@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/* jemalloc.c - the private jemalloc as a whole: starting it, its
+ * process-wide settings, binding a thread to an arena, and the probes the
+ * tests read.  Heaps and their arenas are heap.c's. */
+#include "jemalloc.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "je.h"
+
+int rdmalloc_arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "arena.%u.%s", arena, what);
+	return je_mallctl(name, oldp, oldlen, newp, newlen);
+}
+
+const void *rdmalloc_arena_hooks(unsigned arena)
+{
+	extent_hooks_t *h = NULL;
+	size_t sz = sizeof(h);
+	if (rdmalloc_arena_ctl(arena, "extent_hooks", &h, &sz, NULL, 0))
+		return NULL;
+	return h;
+}
+
+const void *rdmalloc_default_extent_hooks(void)
+{
+	return rdmalloc_arena_hooks(0);
+}
+
+unsigned rdmalloc_automatic_arenas(void)
+{
+	unsigned n = 0;
+	size_t sz = sizeof(n);
+	if (je_mallctl("opt.narenas", &n, &sz, NULL, 0))
+		return 0;
+	return n;
+}
+
+void *rdmalloc_probe_malloc(size_t size)
+{
+	return je_malloc(size);
+}
+
+void rdmalloc_probe_free(void *p)
+{
+	je_free(p);
+}
+
+void rdmalloc_heap_jemalloc_boot(void)
+{
+	size_t sz = sizeof(unsigned);
+	unsigned narenas;
+	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
+}
+
+int rdmalloc_heap_jemalloc_retains(void)
+{
+	bool retain = true;
+	size_t sz = sizeof(retain);
+	return je_mallctl("opt.retain", &retain, &sz, NULL, 0) != 0 || retain;
+}
+
+int rdmalloc_heap_bind_thread(unsigned arena)
+{
+	return je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
+}
+
+size_t rdmalloc_heap_tcache_max(void)
+{
+	size_t v = 0, sz = sizeof(v);
+	return je_mallctl("arenas.tcache_max", &v, &sz, NULL, 0) ? 0 : v;
+}

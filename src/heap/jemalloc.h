@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* jemalloc.h - the private jemalloc as a whole (jemalloc.c). */
+#ifndef RDMALLOC_JEMALLOC_H
+#define RDMALLOC_JEMALLOC_H
+
+#include <stddef.h>
+
+#include "compiler.h"
+
+/* Initialise the private jemalloc now (its fork handlers come in then). */
+void rdmalloc_heap_jemalloc_boot(void);
+/* Whether jemalloc keeps unused address space (opt.retain). */
+int rdmalloc_heap_jemalloc_retains(void);
+/* Bind the calling thread to @arena (thread.arena): 0 or errno. */
+int rdmalloc_heap_bind_thread(unsigned arena);
+/* mallctl of "arena.<@arena>.<@what>": 0 or errno. */
+int rdmalloc_arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen);
+
+/* For the tests: the largest block jemalloc's thread caches keep. */
+RDMALLOC_TESTABLE size_t rdmalloc_heap_tcache_max(void);
+/* For the tests: the hooks installed on any arena. */
+RDMALLOC_TESTABLE const void *rdmalloc_arena_hooks(unsigned arena);
+RDMALLOC_TESTABLE const void *rdmalloc_default_extent_hooks(void);
+RDMALLOC_TESTABLE unsigned rdmalloc_automatic_arenas(void);
+/* The private jemalloc's own malloc/free (automatic arenas), for the tests
+ * that re-enter jemalloc from inside a hook, as libibverbs does under the
+ * LD_PRELOAD drop-in. */
+RDMALLOC_TESTABLE void *rdmalloc_probe_malloc(size_t size);
+RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
+
+#endif
