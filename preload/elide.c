@@ -36,8 +36,6 @@
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
-#define PRELOAD_API __attribute__((visibility("default")))
-
 struct elided {
 	struct ibv_mr mr; /* first: the program holds &e->mr */
 	struct elided *next;

@@ -40,8 +40,6 @@
 #include "counters.h"
 #include "verbs.h"
 
-#define PRELOAD_API __attribute__((visibility("default")))
-
 static struct rdmalloc_heap *pheap;
 static unsigned parena;     /* the heap's first arena */
 static unsigned pnarenas;   /* its arenas, threads bound round-robin */

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <new>
 
+#include "preload.h"
+
 extern "C" {
 void *malloc(std::size_t);
 void free(void *);
 void *aligned_alloc(std::size_t, std::size_t);
 }
-
-#define PRELOAD_API __attribute__((visibility("default")))
 
 namespace {
 
