@@ -88,7 +88,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 		return;
 	}
 	pheap = (struct rdmalloc_heap *)h;
-	parena = rdmalloc_heap_arena(pheap);
+	parena = rdmalloc_heap_arena_at(pheap, 0);
 	/* Its memory is in automatic caches: never to be destroyed. */
 	rdmalloc_heap_set_auto_tcache(pheap);
 	/* Threads are bound round-robin to several arenas, as jemalloc does
