@@ -6,14 +6,10 @@
 
 #include "chunk.h"
 #include "heap.h"
+#include "heaps.h"
 #include "init.h"
 #include "log.h"
 #include "addrmap.h"
-
-static inline struct rdmalloc_heap *heap_or_default(rdma_heap_t *heap)
-{
-	return heap ? (struct rdmalloc_heap *)heap : rdmalloc_heap_get_default();
-}
 
 /* The heap of @ptr; an address that is not ours is fatal, as glibc's free()
  * treats an invalid pointer. */
@@ -43,7 +39,7 @@ static int bad_alignment(size_t alignment)
 RDMA_EXPORT void *rdma_heap_malloc(rdma_heap_t *heap, size_t size)
 {
 	rdmalloc_init();
-	return alloc(heap_or_default(heap), size, 0);
+	return alloc(rdmalloc_api_heap(heap), size, 0);
 }
 
 RDMA_EXPORT void *rdma_heap_calloc(rdma_heap_t *heap, size_t nmemb, size_t size)
@@ -54,7 +50,7 @@ RDMA_EXPORT void *rdma_heap_calloc(rdma_heap_t *heap, size_t nmemb, size_t size)
 		return NULL;
 	}
 	rdmalloc_init();
-	return alloc(heap_or_default(heap), total, RDMALLOC_ZERO);
+	return alloc(rdmalloc_api_heap(heap), total, RDMALLOC_ZERO);
 }
 
 RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
@@ -64,13 +60,13 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 		return NULL;
 	}
 	rdmalloc_init();
-	return alloc(heap_or_default(heap), size, RDMALLOC_ALIGN(alignment));
+	return alloc(rdmalloc_api_heap(heap), size, RDMALLOC_ALIGN(alignment));
 }
 
 RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 {
 	rdmalloc_init();
-	struct rdmalloc_heap *h = heap_or_default(heap);
+	struct rdmalloc_heap *h = rdmalloc_api_heap(heap);
 	if (!ptr)
 		return alloc(h, size, 0);
 	struct rdmalloc_heap *from = heap_of(ptr, "rdma_heap_realloc");

@@ -5,6 +5,7 @@
 
 #include "compiler.h"
 #include "heap.h"
+#include "heaps.h"
 #include "init.h"
 #include "options.h"
 #include "pd.h"
@@ -57,20 +58,17 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_default(void)
 RDMA_EXPORT unsigned int rdma_heap_access(const rdma_heap_t *heap)
 {
 	rdmalloc_init();
-	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : rdmalloc_heap_get_default();
-	return rdmalloc_heap_access_of(h);
+	return rdmalloc_heap_access_of(rdmalloc_api_heap(heap));
 }
 
 RDMA_EXPORT unsigned int rdma_heap_flags(const rdma_heap_t *heap)
 {
 	rdmalloc_init();
-	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : rdmalloc_heap_get_default();
-	return rdmalloc_heap_flags_of(h);
+	return rdmalloc_heap_flags_of(rdmalloc_api_heap(heap));
 }
 
 RDMA_EXPORT uint64_t rdma_heap_key_generation(const rdma_heap_t *heap)
 {
 	rdmalloc_init();
-	const struct rdmalloc_heap *h = heap ? (const struct rdmalloc_heap *)heap : rdmalloc_heap_get_default();
-	return rdmalloc_heap_key_gen(h);
+	return rdmalloc_heap_key_gen(rdmalloc_api_heap(heap));
 }
