@@ -4,6 +4,7 @@
 #include "calls.h"
 #include <string.h>
 
+#include "alloc.h"
 #include "chunk.h"
 #include "heap.h"
 #include "heaps.h"
@@ -63,16 +64,11 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 	return alloc(rdmalloc_api_heap(heap), size, RDMALLOC_ALIGN(alignment));
 }
 
-RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
+void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_heap *from, size_t size)
 {
-	rdmalloc_init();
-	struct rdmalloc_heap *h = rdmalloc_api_heap(heap);
-	if (!ptr)
-		return alloc(h, size, 0);
-	struct rdmalloc_heap *from = heap_of(ptr, "rdma_heap_realloc");
-	if (from != h) {
+	if (from != to) {
 		/* Moving between heaps: copy, then free from the old one. */
-		void *q = alloc(h, size, 0);
+		void *q = alloc(to, size, 0);
 		if (!q)
 			return NULL;
 		size_t old = rdmalloc_sallocx(ptr);
@@ -81,9 +77,18 @@ RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 		return q;
 	}
 	int saved = errno;
-	void *q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(h));
+	void *q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
+}
+
+RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
+{
+	rdmalloc_init();
+	struct rdmalloc_heap *h = rdmalloc_api_heap(heap);
+	if (!ptr)
+		return alloc(h, size, 0);
+	return rdmalloc_api_realloc(h, ptr, heap_of(ptr, "rdma_heap_realloc"), size);
 }
 
 RDMA_EXPORT void *rdma_malloc(size_t size)
@@ -103,10 +108,11 @@ RDMA_EXPORT void *rdma_aligned_alloc(size_t alignment, size_t size)
 
 RDMA_EXPORT void *rdma_realloc(void *ptr, size_t size)
 {
-	if (!ptr)
-		return rdma_heap_malloc(NULL, size);
 	rdmalloc_init();
-	return rdma_heap_realloc((rdma_heap_t *)heap_of(ptr, "rdma_realloc"), ptr, size);
+	if (!ptr)
+		return alloc(rdmalloc_api_heap(NULL), size, 0);
+	struct rdmalloc_heap *h = heap_of(ptr, "rdma_realloc"); /* its heap: it stays there */
+	return rdmalloc_api_realloc(h, ptr, h, size);
 }
 
 RDMA_EXPORT int rdma_posix_memalign(void **memptr, size_t alignment, size_t size)
