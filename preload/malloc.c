@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "chunk.h"
 #include "compiler.h"
 #include "fork.h"
@@ -79,15 +80,17 @@ struct rdmalloc_heap *rdmalloc_preload_heap(void)
 __attribute__((constructor(101))) static void preload_init(void)
 {
 	rdmalloc_init();
-	struct rdma_heap_attr attr = { .access = rdmalloc_opts.preload_access };
-	rdma_heap_t *h = rdma_heap_create(&attr);
+	/* No flags, and access flags the option parser has already checked:
+	 * nothing of rdma_heap_create()'s checks applies. */
+	int err = 0;
+	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access, 0, &err);
 	if (!h) {
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot create the LD_PRELOAD heap: %s; "
-			     "this program's mallocs get unregistered memory", strerror(errno));
+			     "this program's mallocs get unregistered memory", strerror(err));
 		STAT_INC(fallbacks);
 		return;
 	}
-	pheap = (struct rdmalloc_heap *)h;
+	pheap = h;
 	parena = rdmalloc_heap_arena_at(pheap, 0);
 	/* Its memory is in automatic caches: never to be destroyed. */
 	rdmalloc_heap_set_auto_tcache(pheap);
@@ -264,7 +267,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return q;
 	}
 	if (c) /* an rdma_* heap: stay in it */
-		return rdma_realloc(p, size);
+		return rdmalloc_api_realloc(c->heap, p, c->heap, size);
 	not_ours("realloc", p);
 }
 
