@@ -25,6 +25,10 @@
 #include "os.h"
 #include "pd.h"
 
+/* heap.h spells these without verbs.h (rdmalloc_heap_implied_access). */
+_Static_assert(IBV_ACCESS_MW_BIND_ == IBV_ACCESS_MW_BIND && IBV_ACCESS_ON_DEMAND_ == IBV_ACCESS_ON_DEMAND,
+	       "heap.h's copies of the verbs access bits");
+
 /* Key changes, recorded under the PD lock and told to the program after it
  * is released: its callback may then allocate, look up, create and destroy
  * heaps or read the stats (which take the heap lock, outside the PD lock)
@@ -135,10 +139,7 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 		rdmalloc_pd_unlock();
 		return ENOMEM;
 	}
-	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_MW_BIND)
-		access |= IBV_ACCESS_MW_BIND;
-	if (rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP)
-		access |= IBV_ACCESS_ON_DEMAND;
+	access = rdmalloc_heap_implied_access(rdmalloc_heap_flags_of(h), access);
 	unsigned old = rdmalloc_heap_access_of(h);
 	unsigned stamp = atomic_fetch_add(&rdmalloc_rereg_stamp, 1) + 1;
 	rdmalloc_heap_store_access(h, access);
