@@ -22,7 +22,6 @@
 
 #include "chunk.h"
 #include "heap.h"
-#include "lookup.h"
 #include "lock.h"
 #include "log.h"
 #include "pd.h"
@@ -62,20 +61,26 @@ static void *real(const char *name, const char *version)
 
 #define OPTIONAL_ACCESS ((unsigned int)IBV_ACCESS_OPTIONAL_RANGE)
 
-/* A copy of the chunk's region for [addr, addr+len) with @pd, if it was
- * registered with every flag of @access: 0, EACCES or rdmalloc_lookup's
- * errno.  Checked and copied under the PD lock, which every access change,
- * replacement and deregistration of a published region holds. */
-static int copy_chunk_mr(void *addr, size_t len, struct ibv_pd *pd, unsigned int access, struct ibv_mr *out)
+/* A copy of chunk @c's region with @pd, if it was registered with every
+ * flag of @access: 0, EACCES or ENODEV (@pd not attached).  Checked and
+ * copied under the PD lock, which every access change, replacement and
+ * deregistration of a published region holds.  @c was looked up without
+ * the lock and stays this chunk: the program's memory is in it, and a
+ * chunk goes only with its heap's destruction, which no thread may run
+ * while the heap's memory is in use (preload chunks never go). */
+static int copy_chunk_mr(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsigned int access, struct ibv_mr *out)
 {
-	struct rdmalloc_chunk *c;
-	struct rdmalloc_reg *r;
+	int err = ENODEV;
 	rdmalloc_pd_lock();
-	int err = rdmalloc_lookup(addr, len, pd, &c, &r);
-	if (!err && (access & ~OPTIONAL_ACCESS & ~r->access))
-		err = EACCES;
-	if (!err)
-		*out = *atomic_load_explicit(&r->mr, memory_order_relaxed);
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
+		struct rdmalloc_reg *r = &c->reg[s];
+		if (atomic_load_explicit(&r->pd, memory_order_acquire) != pd)
+			continue;
+		err = (access & ~OPTIONAL_ACCESS & ~r->access) ? EACCES : 0;
+		if (!err)
+			*out = *atomic_load_explicit(&r->mr, memory_order_relaxed);
+		break;
+	}
 	rdmalloc_pd_unlock();
 	return err;
 }
@@ -105,7 +110,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	struct elided *e = calloc(1, sizeof(*e)); /* before any lock: it may enter a hook */
 	if (!e)
 		return NULL;
-	int err = copy_chunk_mr(addr, len, pd, access, &e->mr);
+	int err = copy_chunk_mr(c, pd, access, &e->mr);
 	if (err == ENODEV) {
 		err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
 		if (!err) {
@@ -117,7 +122,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 			free(e);
 			return NULL;
 		}
-		err = copy_chunk_mr(addr, len, pd, access, &e->mr);
+		err = copy_chunk_mr(c, pd, access, &e->mr); /* attach registered every chunk */
 	}
 	if (err) {
 		free(e);
