@@ -46,7 +46,7 @@ static unsigned parena;     /* the heap's first arena */
 static unsigned pnarenas;   /* its arenas, threads bound round-robin */
 static atomic_uint next_arena;
 static atomic_int ready;
-#define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (verbs.h) */
+#define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (tls.h) */
 /* The preload chunk this thread last freed into: free() of an address in
  * it needs no table lookup.  Preload chunks are never released (the hooks
  * refuse dalloc, and rdma_heap_destroy refuses the preload heap), so the
