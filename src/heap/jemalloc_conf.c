@@ -6,14 +6,13 @@
  *
  * Thread caches keep blocks up to 1 MiB instead of jemalloc's 32 KiB:
  * message-sized buffers, the common RDMA case, are then allocated and freed
- * without the arena's lock and extent work (64 KiB alloc + key + free:
- * 238 -> 45 ns on the test host).  The blocks cached are in chunks already
- * registered; jemalloc's cache GC gives idle ones back to the arena.
+ * without the arena's lock and extent work.  The blocks cached are in chunks
+ * already registered; jemalloc's cache GC gives idle ones back to the arena.
  *
  * Not linked into the LD_PRELOAD drop-in, which keeps jemalloc's 32 KiB: a
  * program's realloc growth needs freed large blocks back in the arena to
- * grow in place (with 1 MiB caches bench-alloc's realloc took 2.6x the time
- * of plain jemalloc, with 32 KiB 1.0x).
+ * grow in place.
+ * Figures: doc/benchmarks.md, section 2 and section 3's "Thread caches".
  */
 #include "je.h"
 
