@@ -112,7 +112,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 		return NULL;
 	int err = copy_chunk_mr(c, pd, access, &e->mr);
 	if (err == ENODEV) {
-		err = rdma_malloc_attach_pd(pd); /* first sight of this PD */
+		err = rdmalloc_pd_attach(pd); /* first sight of this PD */
 		if (!err) {
 			remember_attached(pd);
 		}
@@ -223,7 +223,7 @@ PRELOAD_API int ibv_dealloc_pd(struct ibv_pd *pd)
 	if (busy)
 		return EBUSY;
 	if (ours >= 0) {
-		int err = rdma_malloc_detach_pd(pd);
+		int err = rdmalloc_pd_detach(pd);
 		if (err == EBUSY) { /* a window on it: still attached, and still ours */
 			remember_attached(pd);
 			return EBUSY;

@@ -84,6 +84,11 @@ RDMA_EXPORT int rdma_malloc_attach_pd(struct ibv_pd *pd)
 	if (!pd)
 		return EINVAL;
 	rdmalloc_init();
+	return rdmalloc_pd_attach(pd);
+}
+
+int rdmalloc_pd_attach(struct ibv_pd *pd)
+{
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunks_attach(pd);
 	if (!err && pd == opened_pd)
@@ -97,13 +102,18 @@ RDMA_EXPORT int rdma_malloc_detach_pd(struct ibv_pd *pd)
 	if (!pd)
 		return ENODEV;
 	rdmalloc_init();
+	return rdmalloc_pd_detach(pd);
+}
+
+int rdmalloc_pd_detach(struct ibv_pd *pd)
+{
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunks_detach(pd);
-	/* Only a detach that took the PD's slot takes the default away: a
+	/* Only a detach that took the PD's index takes the default away: a
 	 * failed deregistration detaches all the same, EBUSY does not. */
 	int still = 0;
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		still |= rdmalloc_pd_at(s) == pd;
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
+		still |= rdmalloc_pd_at(i) == pd;
 	if (!still && pd == rdmalloc_pd_default())
 		atomic_store_explicit(&default_pd, NULL, memory_order_release);
 	rdmalloc_pd_unlock();

@@ -10,6 +10,10 @@ void rdmalloc_pd_init(void);
 /* The default PD as of now (NULL if none or detached). */
 struct ibv_pd *rdmalloc_pd_default(void);
 unsigned rdmalloc_pd_count(void);
+/* rdma_malloc_attach_pd / rdma_malloc_detach_pd of a non-NULL @pd, for an
+ * initialised library (the drop-in's elision). */
+int rdmalloc_pd_attach(struct ibv_pd *pd);
+int rdmalloc_pd_detach(struct ibv_pd *pd);
 /* The outer lock serialising attach, detach and heap destruction. */
 void rdmalloc_pd_lock(void);
 void rdmalloc_pd_unlock(void);
