@@ -4,7 +4,7 @@
  * heap at once (doc/modes.md, "Re-registration").
  *
  * Locking: the PD lock (outer) is held for the whole change, so attach,
- * detach and heap destruction wait, and the chunks and their slots stay
+ * detach and heap destruction wait, and the chunks and their registrations stay
  * put; chunk.c takes the chunk lock only to find the next registration to
  * change, never across ibv_rereg_mr/ibv_reg_mr/ibv_dereg_mr.  Chunks being
  * created meanwhile register with the heap's new flags: the heap's access

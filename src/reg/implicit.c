@@ -6,7 +6,7 @@
  * Implicit ODP heaps share one region per (PD, access) that covers the
  * whole address space; chunk.c asks for it instead of registering each
  * chunk, and gives it back instead of deregistering.  The table below
- * counts its users: chunk x PD slot.  Its lock is a leaf, like the chunk
+ * counts its users: chunk x PD (a registration).  Its lock is a leaf, like the chunk
  * lock: the registration runs outside it (a chunk is created inside
  * jemalloc's extent hook, and libibverbs allocates while registering), so
  * two creators may both register; the loser deregisters its own.

@@ -24,7 +24,7 @@
 	X(HEAP, OUTER, "the heap table, heap creation and destruction")                      \
 	X(PD, OUTER, "attach, detach, access changes, heap destruction, windows, elision")   \
 	X(TCACHE, OUTER, "thread-cache ownership")                                           \
-	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD slots, creators")  \
+	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD table, creators")  \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
 	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
 	X(ELIDED, INNER, "the drop-in's elided regions and the PDs it attached")            \
