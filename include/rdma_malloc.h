@@ -4,7 +4,8 @@
  *
  * rdmalloc is a malloc whose memory comes from chunks that were registered
  * with ibv_reg_mr() when the allocator created them.  Any pointer it returned
- * maps to its lkey/rkey in constant time, with no system call and no lock:
+ * maps to its lkey/rkey in constant time, with no system call and no lock
+ * (but once per thread, rdma_malloc_keys(3)):
  *
  *     char *buf = rdma_malloc(4096);
  *     uint32_t lkey, rkey;
