@@ -109,6 +109,33 @@ void rdma_free(void *ptr);
 /** rdma_malloc_usable_size - bytes usable at @ptr (0 for NULL). */
 size_t rdma_malloc_usable_size(const void *ptr);
 
+/*
+ * Giving memory back (doc/design.md, "Giving memory back").  A region
+ * covers a whole chunk, so a chunk is pinned as long as one byte of it is
+ * allocated.  Once every page of a chunk has been free for its heap's
+ * decay time (RDMALLOC_DECAY_MS, or rdma_heap_attr.decay_ms), the chunk is
+ * deregistered from every PD and its pages go back to the system; the
+ * smallest such chunk of each heap is kept registered, against growing and
+ * shrinking around one chunk.  A lookup of an address in a given-back chunk
+ * fails with ENOENT, and its old keys are invalid: a peer's RDMA access
+ * with them fails (remote access error) and changes no byte.  Memory
+ * allocated there later has new keys.  Never given back: a chunk with an
+ * allocation, a memory window allocated on it (rdma_malloc_mw_grant()), or
+ * an ibv_reg_mr() region the LD_PRELOAD drop-in answered from it.  When a
+ * registration fails for want of memory (RLIMIT_MEMLOCK) or
+ * RDMALLOC_MAX_REGISTERED, idle chunks are given back and it is tried once
+ * more before the allocation fails.
+ */
+
+/**
+ * rdma_malloc_trim - give back now every idle chunk of every heap (the
+ * kept ones too), after flushing the calling thread's caches and
+ * decommitting every free page, without waiting for the decay time.  Other
+ * threads' caches keep what they hold.
+ * Return: the bytes of the chunks given back.
+ */
+size_t rdma_malloc_trim(void);
+
 /* ------------------------------------------------------------------------
  * Key lookup.
  *
@@ -135,8 +162,8 @@ size_t rdma_malloc_usable_size(const void *ptr);
  *  ENOENT  @ptr is not rdmalloc memory;
  *  ERANGE  @ptr is, but [@ptr, @ptr+@len) runs past its region;
  *  ENODEV  @pd is not attached (or, for NULL, there is no default PD).
- * The region stays valid until its chunk is released (rdma_heap_destroy),
- * @pd is detached, or an access change replaces it (rdma_heap_set_access():
+ * The region stays valid until its chunk is released (rdma_heap_destroy)
+ * or given back (its memory all freed), @pd is detached, or an access change replaces it (rdma_heap_set_access():
  * always on devices that refuse ibv_rereg_mr, such as rxe).  Do not
  * deregister it.  Where another thread may change the heap's access, use
  * rdma_malloc_keys(), which returns values, not a region.
@@ -213,6 +240,13 @@ struct rdma_heap_attr {
 	unsigned int access;
 	/** RDMA_HEAP_* bits below; every other bit must be 0. */
 	unsigned int flags;
+	/**
+	 * Milliseconds free pages stay registered before the chunks they
+	 * empty are given back: 0 for RDMALLOC_DECAY_MS (default 10000),
+	 * -1 for never (only rdma_malloc_trim() gives back), else 1 to
+	 * 1000000000.  Ignored by RDMA_HEAP_ODP heaps, which pin nothing.
+	 */
+	long decay_ms;
 };
 
 /*
@@ -267,7 +301,7 @@ struct rdma_heap_attr {
  *
  * @attr NULL gives the default heap's access flags (and no flags).
  * Return: the heap, or NULL with errno EINVAL (unknown access bits, remote
- * write or atomic access without LOCAL_WRITE, a flag other than the
+ * write or atomic access without LOCAL_WRITE, decay_ms out of range, a flag other than the
  * RDMA_HEAP_* bits, ODP with HUGEPAGES, ODP_IMPLICIT without ODP or with
  * MW_BIND), EPERM (ODP_IMPLICIT with remote access flags), EOPNOTSUPP
  * (RDMA_HEAP_ODP on a device without RC ODP for the heap's operations, or
@@ -467,7 +501,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(deregistrations, counter, "ibv_dereg_mr calls that succeeded")            \
 	X(deregistration_failures, counter, "ibv_dereg_mr calls that failed")      \
 	X(limit_refusals, counter, "chunks refused by RDMALLOC_MAX_REGISTERED")     \
-	X(purges_refused, counter, "purge/decommit/unmap requests refused on held chunks") \
+	X(purges_refused, counter, "purge/unmap requests refused on pinned chunks") \
 	X(lookups, counter, "key lookups that succeeded")                           \
 	X(lookup_failures, counter, "key lookups that failed (ENOENT/ERANGE/ENODEV)") \
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
@@ -483,7 +517,10 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(mw_binds, counter, "memory-window binds posted")                          \
 	X(mw_revokes, counter, "memory-window revocations posted")                 \
 	X(odp_purges, counter, "purges allowed on ODP heaps (pages given back)")   \
-	X(fallbacks, counter, "fallbacks taken (each also logged once)")
+	X(fallbacks, counter, "fallbacks taken (each also logged once)")         \
+	X(chunks_given_back, counter, "idle chunks deregistered and their pages given back") \
+	X(bytes_given_back, counter, "bytes of the chunks given back")             \
+	X(chunks_taken_back, counter, "given-back chunks registered again for reuse (new keys)")
 
 #define RDMA_MALLOC_STATS_VERSION 1
 

@@ -37,6 +37,7 @@
 
 struct elided {
 	struct ibv_mr mr; /* first: the program holds &e->mr */
+	struct rdmalloc_chunk *chunk; /* pinned until ibv_dereg_mr: never given back under it */
 	struct elided *next;
 };
 
@@ -64,10 +65,9 @@ static void *real(const char *name, const char *version)
 /* A copy of chunk @c's region with @pd, if it was registered with every
  * flag of @access: 0, EACCES or ENODEV (@pd not attached).  Checked and
  * copied under the PD lock, which every access change, replacement and
- * deregistration of a published region holds.  @c was looked up without
- * the lock and stays this chunk: the program's memory is in it, and a
- * chunk goes only with its heap's destruction, which no thread may run
- * while the heap's memory is in use (preload chunks never go). */
+ * deregistration of a published region holds.  @c is pinned by the
+ * caller: it stays registered (preload chunks are never destroyed, and a
+ * pinned one is never given back). */
 static int copy_chunk_mr(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsigned int access, struct ibv_mr *out)
 {
 	int err = ENODEV;
@@ -110,6 +110,11 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	struct elided *e = calloc(1, sizeof(*e)); /* before any lock: it may enter a hook */
 	if (!e)
 		return NULL;
+	if (rdmalloc_chunk_pin(c)) { /* given back meanwhile: the program registers freed memory */
+		free(e);
+		return NULL;
+	}
+	e->chunk = c;
 	int err = copy_chunk_mr(c, pd, access, &e->mr);
 	if (err == ENODEV) {
 		err = rdmalloc_pd_attach(pd); /* first sight of this PD */
@@ -119,12 +124,12 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 		if (err && err != EEXIST) {
 			rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
 					  "registrations go to libibverbs", strerror(err));
-			free(e);
-			return NULL;
+		} else {
+			err = copy_chunk_mr(c, pd, access, &e->mr); /* attach registered every chunk */
 		}
-		err = copy_chunk_mr(c, pd, access, &e->mr); /* attach registered every chunk */
 	}
 	if (err) {
+		rdmalloc_chunk_unpin(c);
 		free(e);
 		return NULL;
 	}
@@ -192,6 +197,7 @@ PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
 			*pp = e->next;
 		rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 		if (e) {
+			rdmalloc_chunk_unpin(e->chunk); /* its chunk may be given back now */
 			free(e);
 			return 0;
 		}

@@ -83,7 +83,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	/* No flags, and access flags the option parser has already checked:
 	 * nothing of rdma_heap_create()'s checks applies. */
 	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access, 0, &err);
+	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access, 0, rdmalloc_opts.decay_ms, &err);
 	if (!h) {
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot create the LD_PRELOAD heap: %s; "
 			     "this program's mallocs get unregistered memory", strerror(err));
@@ -337,6 +337,16 @@ PRELOAD_API size_t malloc_usable_size(void *p)
 }
 
 /* glibc's internal names, used by some programs and by older interposers. */
+/* glibc's malloc_trim(): our chunks are what can be given back; glibc's
+ * own heap holds only what was allocated before the drop-in took over.
+ * @pad is ignored (jemalloc keeps nothing free that we could bound).
+ * 1 if memory was given back, as glibc says. */
+PRELOAD_API int malloc_trim(size_t pad)
+{
+	(void)pad;
+	return rdma_malloc_trim() > 0;
+}
+
 PRELOAD_API void *__libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
 PRELOAD_API void *__libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
 PRELOAD_API void *__libc_realloc(void *, size_t) __attribute__((alias("realloc"), copy(realloc)));

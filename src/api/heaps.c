@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* heaps.c - the public heap calls: rdma_heap_create(), rdma_heap_destroy()
- * and the getters; arguments checked here, heaps made in heap/heap.c. */
+/* heaps.c - the public heap calls: rdma_heap_create(), rdma_heap_destroy(),
+ * rdma_malloc_trim() and the getters; arguments checked here, heaps made in heap/heap.c. */
 #include <errno.h>
 
 #include "compiler.h"
@@ -17,7 +17,9 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 	rdmalloc_init();
 	unsigned int access = attr ? attr->access : rdmalloc_opts.access;
 	unsigned int flags = attr ? attr->flags : 0;
+	long decay = attr && attr->decay_ms ? attr->decay_ms : rdmalloc_opts.decay_ms;
 	if (attr && ((flags & ~RDMALLOC_HEAP_FLAGS_ALL) || !rdmalloc_access_valid(access) ||
+		     decay < -1 || decay > RDMALLOC_DECAY_MS_MAX ||
 		     ((flags & RDMA_HEAP_ODP) && (flags & RDMA_HEAP_HUGEPAGES)) ||
 		     ((flags & RDMA_HEAP_ODP_IMPLICIT) &&
 		      (!(flags & RDMA_HEAP_ODP) || (flags & RDMA_HEAP_MW_BIND) ||
@@ -37,10 +39,16 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 		}
 	}
 	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(access, flags, &err);
+	struct rdmalloc_heap *h = rdmalloc_heap_create(access, flags, decay, &err);
 	if (!h)
 		errno = err;
 	return (rdma_heap_t *)h;
+}
+
+RDMA_EXPORT size_t rdma_malloc_trim(void)
+{
+	rdmalloc_init();
+	return rdmalloc_heaps_trim();
 }
 
 RDMA_EXPORT int rdma_heap_destroy(rdma_heap_t *heap)

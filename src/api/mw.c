@@ -132,6 +132,7 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 	int err = rdmalloc_lookup(ptr, len, qp->pd, &c, &r); /* ENOENT, ERANGE or ENODEV */
 	if (!err && !(r->access & IBV_ACCESS_MW_BIND))
 		err = EPERM;
+	int pinned = !err && !(err = rdmalloc_chunk_pin(c)); /* not given back under the window */
 	if (!err)
 		err = reserve();
 	struct ibv_mw *mw = NULL;
@@ -151,6 +152,8 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 			STAT_INC(mw_binds);
 		}
 	}
+	if (err && pinned)
+		rdmalloc_chunk_unpin(c);
 	rdmalloc_pd_unlock();
 	if (err) {
 		errno = err;
@@ -190,8 +193,10 @@ RDMA_EXPORT int rdma_malloc_mw_free(struct ibv_mw *mw)
 	int err = rdmalloc_dealloc_mw(mw);
 	struct window *w;
 	if (!err && (w = find(mw)) != NULL) { /* a failed dealloc leaves the window bound */
-		w->chunk->reg[w->index].windows--;
+		struct rdmalloc_chunk *c = w->chunk;
+		c->reg[w->index].windows--;
 		drop(w);
+		rdmalloc_chunk_unpin(c);
 	}
 	rdmalloc_pd_unlock();
 	return err;

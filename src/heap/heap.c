@@ -36,6 +36,7 @@ struct rdmalloc_heap {
 	struct rdmalloc_chunk_spec spec; /* access (rdma_heap_set_access, PD lock) and flags */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
 	unsigned index; /* in heaps[] and heap_store[] */
+	long decay_ms;  /* jemalloc's dirty_decay_ms of its arenas (-1: never) */
 	uint32_t gen; /* unique per heap lifetime, never 0 */
 	_Atomic int auto_tcache; /* rdmalloc_heap_set_auto_tcache */
 	/* arenas[0] from creation (mallocx's arena); more from
@@ -257,16 +258,19 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 #endif
 		return -1;
 	extent_hooks_t *hooks = &h->hooks;
-	ssize_t never = -1;
-#ifdef RDMALLOC_MUTATION_PURGE /* test-only: purge freed pages at once */
-	never = 0;
+	/* Pinned heaps: pages idle for the decay time are decommitted (our
+	 * hook gives a chunk back once all of it is), never purged lazily
+	 * first (muzzy 0); -1: never.  An ODP heap keeps jemalloc's decay:
+	 * its purges are allowed. */
+	ssize_t dirty = h->decay_ms, muzzy = h->decay_ms < 0 ? -1 : 0;
+#ifdef RDMALLOC_MUTATION_PURGE /* test-only: decommit freed pages at once */
+	dirty = muzzy = 0;
 #endif
 	size_t grow = rdmalloc_opts.chunk_max;
-	/* An ODP heap keeps jemalloc's decay: its purges are allowed. */
 	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
 	if (rdmalloc_arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
-	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &never, sizeof(never))) ||
-	    (pinned && rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &never, sizeof(never))))
+	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty))) ||
+	    (pinned && rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy))))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
 	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
 		STAT_INC(fallbacks);
@@ -303,7 +307,7 @@ unsigned rdmalloc_heap_arena_at(const struct rdmalloc_heap *h, unsigned i)
 	return h->arenas[i];
 }
 
-static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, int *err)
+static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, long decay_ms, int *err)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	struct rdmalloc_heap *h = NULL;
@@ -321,6 +325,8 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, i
 	h->hooks = flags & RDMA_HEAP_ODP ? rdmalloc_extent_hooks_odp : rdmalloc_extent_hooks;
 	atomic_init(&h->spec.access, rdmalloc_heap_implied_access(flags, access));
 	h->spec.flags = flags;
+	h->spec.gives_back = !(flags & RDMA_HEAP_ODP);
+	h->decay_ms = decay_ms;
 	h->index = index;
 	if (++gen_counter == 0)
 		++gen_counter;
@@ -343,14 +349,14 @@ void rdmalloc_heap_init(unsigned int access)
 	if (e)
 		rdmalloc_fatal("pthread_key_create: %s", strerror(e));
 	int err = 0;
-	default_heap = heap_new(access, rdmalloc_opts.hugepages ? RDMA_HEAP_HUGEPAGES : 0, &err);
+	default_heap = heap_new(access, rdmalloc_opts.hugepages ? RDMA_HEAP_HUGEPAGES : 0, rdmalloc_opts.decay_ms, &err);
 	if (!default_heap)
 		rdmalloc_fatal("cannot create the default heap: %s", strerror(err));
 }
 
-struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, int *err)
+struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, long decay_ms, int *err)
 {
-	return heap_new(access, flags, err);
+	return heap_new(access, flags, decay_ms, err);
 }
 
 int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
@@ -397,6 +403,30 @@ void rdmalloc_heap_purge(rdma_heap_t *heap)
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
 		rdmalloc_arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
+}
+
+size_t rdmalloc_heaps_trim(void)
+{
+	/* The calling thread's caches hold freed blocks jemalloc counts as in
+	 * use: flushed first, so that their pages can go too. */
+	je_mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+	uint64_t before = atomic_load(&rdmalloc_counters.bytes_given_back);
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
+		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
+		if (h) {
+			struct tl_cache *t = &tl[h->index];
+			if (t->gen == h->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
+				unsigned tc = (unsigned)((t->tcflag >> 8) - 2);
+				je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
+			}
+			rdmalloc_heap_purge((rdma_heap_t *)h);
+		}
+	}
+	/* Every idle chunk, the kept ones too: jemalloc decommitted them all. */
+	rdmalloc_chunks_give_back(NULL);
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	return (size_t)(atomic_load(&rdmalloc_counters.bytes_given_back) - before);
 }
 
 uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h)

@@ -16,9 +16,15 @@ struct rdmalloc_heap;
 
 /* Create the default heap (initialisation). */
 void rdmalloc_heap_init(unsigned int access);
-/* A heap with checked @access and @flags: NULL with *@err (EAGAIN: no heap
- * left, or jemalloc's errno). */
-struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, int *err);
+/* A heap with checked @access and @flags, giving back memory idle for
+ * @decay_ms (-1: never): NULL with *@err (EAGAIN: no heap left, or
+ * jemalloc's errno). */
+struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, long decay_ms, int *err);
+/* rdma_malloc_trim(): this thread's caches flushed, every heap's free
+ * pages decommitted, every idle chunk given back.  The bytes given back
+ * meanwhile (by any thread).
+ * Takes the HEAP lock. */
+size_t rdmalloc_heaps_trim(void);
 /* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
  * default or the drop-in's) or EBUSY (a memory window on its memory).
  * Takes the HEAP then the PD lock. */

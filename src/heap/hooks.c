@@ -5,16 +5,23 @@
  * Contracts (jemalloc 5.3, see doc/design.md): a hook returns false for
  * success and true for failure or refusal.  Our hooks:
  *  - alloc: map a new chunk, register it with every attached PD and publish
- *    it before jemalloc carves a single object out of it;
- *  - dalloc, decommit, purge_forced, purge_lazy: refuse (ODP heaps purge:
- *    rdmalloc_extent_hooks_odp).  Pages the NIC has
- *    pinned must never be unmapped, decommitted or purged: the CPU would see
+ *    it before jemalloc carves a single object out of it.  It comes
+ *    uncommitted: jemalloc commits each part before it uses it;
+ *  - commit: count the part in use (a given-back chunk is registered again
+ *    first: chunk.c);
+ *  - decommit: accept, count the part idle, and give the chunk back once
+ *    none of it is in use.  The pages of a chunk that stays registered stay
+ *    as they are: the NIC has them pinned, and the CPU must keep seeing the
+ *    same pages (a commit zeroes them, as jemalloc expects);
+ *  - dalloc, purge_forced, purge_lazy: refuse.  Pages the NIC has
+ *    pinned must never be unmapped or purged: the CPU would see
  *    a fresh zero page while the NIC keeps writing the old one;
  *  - destroy (only on rdma_heap_destroy): hand the range back to chunk.c;
  *  - split: allow (registration covers the whole chunk);
  *  - merge: allow only inside one chunk, so that no extent, hence no
- *    allocation, ever straddles two registrations;
- *  - commit: memory is always committed, nothing to do.
+ *    allocation, ever straddles two registrations.
+ * ODP heaps (rdmalloc_extent_hooks_odp) pin nothing: they purge, and
+ * never decommit or give chunks back.
  * Hooks never call mallctl (jemalloc may hold ctl_mtx around them) and never
  * allocate from jemalloc themselves.  What they call may (libibverbs, libc):
  * alloc and destroy mark the thread as inside a hook for their whole run
@@ -32,20 +39,32 @@
 #include "os.h"
 #include "tls.h"
 
+/* Everything a hook calls that may allocate (libibverbs, libc) runs
+ * marked as inside a hook (see above). */
+#define IN_HOOK(stmt)                                            \
+	do {                                                     \
+		rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;     \
+		stmt;                                            \
+		rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;     \
+	} while (0)
+
 static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_t alignment,
 			bool *zero, bool *commit, unsigned arena_ind)
 {
 	(void)arena_ind;
 	if (new_addr) /* growing in place at a given address: not ours to give */
 		return NULL;
-	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
 	struct rdmalloc_heap *h = rdmalloc_heap_of_hooks(self);
-	struct rdmalloc_chunk *c = rdmalloc_chunk_create(h, rdmalloc_heap_spec(h), size, alignment);
-	rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;
+	const struct rdmalloc_chunk_spec *spec = rdmalloc_heap_spec(h);
+	/* Uncommitted when jemalloc lets us, so that it commits and decommits
+	 * the parts it uses and we learn when a chunk is idle. */
+	int committed = *commit || !spec->gives_back;
+	struct rdmalloc_chunk *c;
+	IN_HOOK(c = rdmalloc_chunk_create(h, spec, size, alignment, committed));
 	if (!c)
 		return NULL;
 	*zero = true; /* fresh anonymous mapping */
-	*commit = true;
+	*commit = committed;
 	return (void *)c->base;
 }
 
@@ -64,20 +83,40 @@ static bool hook_dalloc(extent_hooks_t *self, void *addr, size_t size, bool comm
 static void hook_destroy(extent_hooks_t *self, void *addr, size_t size, bool committed, unsigned arena_ind)
 {
 	(void)self, (void)committed, (void)arena_ind;
-	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
-	rdmalloc_chunk_destroyed(addr, size);
-	rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;
+	IN_HOOK(rdmalloc_chunk_destroyed(addr, size));
 }
 
 static bool hook_commit(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
 			unsigned arena_ind)
 {
-	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
-	return false;
+	(void)self, (void)size, (void)arena_ind;
+	int err;
+	IN_HOOK(err = rdmalloc_chunk_commit((char *)addr + offset, length));
+	return err != 0;
 }
 
 static bool hook_decommit(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
 			  unsigned arena_ind)
+{
+	(void)self, (void)size, (void)arena_ind;
+#ifdef RDMALLOC_MUTATION_PURGE /* test-only: the bug this file exists to prevent */
+	if (rdmalloc_os_dontneed((char *)addr + offset, length))
+		return true;
+#endif
+	IN_HOOK(rdmalloc_chunk_decommit((char *)addr + offset, length));
+	return false;
+}
+
+/* ODP heaps' chunks are committed from the start and stay so. */
+static bool hook_commit_odp(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
+			    unsigned arena_ind)
+{
+	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
+	return false;
+}
+
+static bool hook_decommit_odp(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
+			      unsigned arena_ind)
 {
 	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
 	return hook_refuse();
@@ -87,9 +126,6 @@ static bool hook_purge(extent_hooks_t *self, void *addr, size_t size, size_t off
 		       unsigned arena_ind)
 {
 	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
-#ifdef RDMALLOC_MUTATION_PURGE /* test-only: the bug this file exists to prevent */
-	return rdmalloc_os_dontneed((char *)addr + offset, length) != 0;
-#endif
 	return hook_refuse();
 }
 
@@ -104,8 +140,8 @@ static bool hook_merge(extent_hooks_t *self, void *addr_a, size_t size_a, void *
 		       bool committed, unsigned arena_ind)
 {
 	(void)self, (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
-	struct rdmalloc_chunk *a = rdmalloc_addrmap_lookup(addr_a);
-	return a == NULL || a != rdmalloc_addrmap_lookup(addr_b);
+	struct rdmalloc_chunk *a = rdmalloc_chunk_owning(addr_a);
+	return a == NULL || a != rdmalloc_chunk_owning(addr_b);
 }
 
 /* The purge hook of ODP heaps (RDMA_HEAP_ODP): an ODP region pins nothing
@@ -138,8 +174,8 @@ const extent_hooks_t rdmalloc_extent_hooks_odp = {
 	.alloc = hook_alloc,
 	.dalloc = hook_dalloc,
 	.destroy = hook_destroy,
-	.commit = hook_commit,
-	.decommit = hook_decommit,
+	.commit = hook_commit_odp,
+	.decommit = hook_decommit_odp,
 	.purge_lazy = hook_purge_odp,
 	.purge_forced = hook_purge_odp,
 	.split = hook_split,

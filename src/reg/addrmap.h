@@ -25,8 +25,8 @@
 typedef _Atomic(struct rdmalloc_chunk *) rdmalloc_addrmap_entry_t;
 extern _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
 
-/* The chunk holding @p, or NULL when @p is not rdmalloc memory. */
-static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
+/* The chunk whose granule holds @p, in any state, or NULL. */
+static inline struct rdmalloc_chunk *rdmalloc_addrmap_entry(const void *p)
 {
 	uintptr_t a = (uintptr_t)p;
 	if (unlikely(a >> RDMALLOC_VA_BITS))
@@ -35,10 +35,16 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 						     memory_order_acquire);
 	if (unlikely(!leaf))
 		return NULL;
-	struct rdmalloc_chunk *c = atomic_load_explicit(
-		&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & ((1u << RDMALLOC_L2_BITS) - 1)],
-		memory_order_acquire);
-	if (unlikely(!c || a - c->base >= c->size))
+	return atomic_load_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & ((1u << RDMALLOC_L2_BITS) - 1)],
+				    memory_order_acquire);
+}
+
+/* The live chunk holding @p, or NULL when @p is not rdmalloc memory or its
+ * chunk was given back (chunk.h: live_size). */
+static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
+{
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_entry(p);
+	if (unlikely(!c || (uintptr_t)p - c->base >= atomic_load_explicit(&c->live_size, memory_order_acquire)))
 		return NULL;
 	return c;
 }

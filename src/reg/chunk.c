@@ -7,8 +7,11 @@
  * detach and re-register every chunk.  One registration is region.c's job.
  *
  * Chunks are created only from the alloc extent hook and released only when
- * their heap is destroyed: while a chunk is registered it is never purged,
- * decommitted or unmapped (see hooks.c).
+ * their heap is destroyed.  In between, a chunk jemalloc has decommitted
+ * entirely is idle: it may be given back (deregistered from every PD, its
+ * pages returned, the range kept for jemalloc) and taken back by a later
+ * commit (registered anew).  A registered page is never purged, decommitted
+ * or unmapped (see hooks.c): only after its chunk's deregistration.
  *
  * Locking (doc/design.md, "Locks and fork"): the CHUNK lock is a leaf.  It
  * guards the chunk list, the address map's writers, the descriptor pool,
@@ -20,7 +23,10 @@
  * again.  Each PD counts the creators whose snapshot holds it (pd_users):
  * detach waits for them, so that no creator still uses a PD once its
  * detach returned.  Attach and detach are serialised by the caller (the
- * PD lock).
+ * PD lock).  A chunk taken back registers the same way; one given back
+ * counts the PDs it deregisters from in pd_users too.  The walks (attach,
+ * detach, access changes) see only LIVE chunks and mark the one they work
+ * on busy, which keeps it from being given back meanwhile.
  */
 #include "chunk.h"
 
@@ -109,6 +115,12 @@ static void pd_users_release(unsigned used)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 }
 
+struct rdmalloc_chunk *rdmalloc_chunk_owning(const void *p)
+{
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_entry(p);
+	return c && (uintptr_t)p - c->base < c->size ? c : NULL;
+}
+
 static void log_reg_failure(size_t size, int err)
 {
 	struct rlimit rl = { 0, 0 };
@@ -120,8 +132,68 @@ static void log_reg_failure(size_t size, int err)
 			  size, strerror(err), (unsigned long long)rl.rlim_cur);
 }
 
+/* May @want more bytes be held under RDMALLOC_MAX_REGISTERED?  Counted in
+ * held_bytes if so.  Chunk lock held. */
+static int hold(size_t want)
+{
+	size_t limit = rdmalloc_opts.max_registered;
+	if (limit && (want > limit || held_bytes > limit - want))
+		return 0;
+	held_bytes += want;
+	return 1;
+}
+
+static void log_limit(size_t size)
+{
+	STAT_INC(limit_refusals);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN,
+			  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk, after idle chunks "
+			  "were given back; jemalloc may retry with a smaller chunk, else the allocation fails "
+			  "with ENOMEM (further refusals are only counted)",
+			  rdmalloc_opts.max_registered, size);
+}
+
+static size_t give_back_idle(const struct rdmalloc_heap *heap, int keep);
+
+/*
+ * Register @c with every attached PD under its heap's access now, again
+ * until the PD table and the access held still meanwhile (reg_gen).  0
+ * with the chunk lock held, so that the caller publishes before they can
+ * change again; else an errno value, without the lock.  *@used collects
+ * the PDs counted in pd_users for the caller (it releases them).
+ */
+static int register_steady(struct rdmalloc_chunk *c, unsigned *used)
+{
+	for (;;) {
+		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
+		rdmalloc_chunk_lock();
+		unsigned long gen = reg_gen;
+		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
+			want[s] = rdmalloc_pd_at(s);
+			if (want[s] && !(*used & (1u << s))) {
+				*used |= 1u << s;
+				pd_users[s]++;
+			}
+		}
+		rdmalloc_chunk_unlock();
+		int err = rdmalloc_region_sync(c, want);
+		if (err)
+			return err;
+		rdmalloc_chunk_lock();
+		if (gen == reg_gen)
+			return 0;
+		rdmalloc_chunk_unlock(); /* a PD came or went meanwhile: again */
+	}
+}
+
+/* Registration failures that giving idle chunks back may cure. */
+static int pressure(int err)
+{
+	return err == ENOMEM || err == EAGAIN;
+}
+
 struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const struct rdmalloc_chunk_spec *spec,
-					     size_t size, size_t alignment)
+					     size_t size, size_t alignment, int committed)
 {
 	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
 	if (!is_pow2(align) || size == 0 || size > SIZE_MAX - align) {
@@ -136,22 +208,24 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const s
 		errno = ENOMEM;
 		return NULL;
 	}
-	size_t limit = rdmalloc_opts.max_registered;
 	rdmalloc_chunk_lock();
-	if (limit && (want > limit || held_bytes > limit - want)) {
+	int held = hold(want);
+	rdmalloc_chunk_unlock();
+	if (!held) { /* memory pressure: idle chunks go first, then once more */
+		give_back_idle(NULL, 0);
+		rdmalloc_chunk_lock();
+		held = hold(want);
 		rdmalloc_chunk_unlock();
-		STAT_INC(limit_refusals);
-		rdmalloc_log_once(RDMALLOC_LOG_WARN,
-				  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk; jemalloc "
-				  "may retry with a smaller chunk, else the allocation fails with ENOMEM "
-				  "(further refusals are only counted)",
-				  limit, size);
-		errno = ENOMEM;
-		return NULL;
+		if (!held) {
+			log_limit(size);
+			errno = ENOMEM;
+			return NULL;
+		}
 	}
+	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = desc_alloc();
-	if (c)
-		held_bytes += want;
+	if (!c)
+		held_bytes -= want;
 	rdmalloc_chunk_unlock();
 	if (!c) {
 		errno = ENOMEM;
@@ -179,42 +253,31 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const s
 	c->page_kind = kind;
 	c->heap = heap;
 	c->spec = spec;
-	for (;;) {
-		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
-		rdmalloc_chunk_lock();
-		unsigned long gen = reg_gen;
-		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
-			want[s] = rdmalloc_pd_at(s);
-			if (want[s] && !(used & (1u << s))) {
-				used |= 1u << s;
-				pd_users[s]++;
-			}
-		}
-		rdmalloc_chunk_unlock();
-		if ((err = rdmalloc_region_sync(c, want)) != 0) {
-			log_reg_failure(size, err);
-			goto fail;
-		}
-		rdmalloc_chunk_lock();
-		if (gen != reg_gen) { /* a PD came or went meanwhile: again */
-			rdmalloc_chunk_unlock();
-			continue;
-		}
-		if ((err = rdmalloc_addrmap_insert(c)) != 0) {
-			rdmalloc_chunk_unlock();
-			goto fail;
-		}
-		c->next = all_chunks;
-		if (all_chunks)
-			all_chunks->prev = c;
-		all_chunks = c;
-		STAT_INC(chunks);
-		STAT_ADD(chunk_bytes, map_size);
-		rdmalloc_huge_count(kind, 1);
-		pd_users_release(used);
-		rdmalloc_chunk_unlock();
-		return c;
+	err = register_steady(c, &used);
+	if (err && pressure(err) && give_back_idle(NULL, 0))
+		err = register_steady(c, &used); /* idle chunks went back: once more */
+	if (err) {
+		log_reg_failure(size, err);
+		goto fail;
 	}
+	if ((err = rdmalloc_addrmap_insert(c)) != 0) {
+		rdmalloc_chunk_unlock();
+		goto fail;
+	}
+	c->next = all_chunks;
+	if (all_chunks)
+		all_chunks->prev = c;
+	all_chunks = c;
+	c->state = RDMALLOC_CHUNK_LIVE;
+	c->committed = committed ? size : 0;
+	c->fresh = !committed;
+	atomic_store_explicit(&c->live_size, size, memory_order_release);
+	STAT_INC(chunks);
+	STAT_ADD(chunk_bytes, map_size);
+	rdmalloc_huge_count(kind, 1);
+	pd_users_release(used);
+	rdmalloc_chunk_unlock();
+	return c;
 fail:
 	if (rdmalloc_region_deregister_all(c) == 0) {
 		if (p)
@@ -234,10 +297,13 @@ fail:
 	return NULL;
 }
 
-/* Unpublish, deregister, unmap.  No lock held; the caller owns @c. */
+/* Unpublish, deregister, unmap.  No lock held; the caller owns @c (its
+ * heap is being destroyed: no hook or walk runs on it). */
 static void release(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();
+	int held = c->state != RDMALLOC_CHUNK_GONE;
+	atomic_store_explicit(&c->live_size, 0, memory_order_release);
 	rdmalloc_addrmap_remove(c);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -256,19 +322,240 @@ static void release(struct rdmalloc_chunk *c)
 	} else {
 		rdmalloc_os_unmap((void *)c->base, c->map_size);
 	}
+	rdmalloc_chunk_lock();
+	if (held) {
+		STAT_SUB(chunks, 1);
+		STAT_SUB(chunk_bytes, c->map_size);
+		rdmalloc_huge_count(c->page_kind, -1);
+		held_bytes -= c->map_size;
+	}
+	desc_free(c);
+	rdmalloc_chunk_unlock();
+}
+
+/* Idle: registered, not a byte committed, nothing on it. */
+static int idle(const struct rdmalloc_chunk *c)
+{
+	return c->state == RDMALLOC_CHUNK_LIVE && c->spec->gives_back && c->committed == 0 && !c->busy &&
+	       !c->pins && !c->fresh;
+}
+
+/* Mark @c to be given back and chain it on *@batch; count the PDs it is
+ * registered with in pd_users (a detach waits for them).  Chunk lock held. */
+static void mark_giving(struct rdmalloc_chunk *c, struct rdmalloc_chunk **batch)
+{
+	c->state = RDMALLOC_CHUNK_GIVING;
+	atomic_store_explicit(&c->live_size, 0, memory_order_release); /* lookups: ENOENT from now */
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed))
+			pd_users[s]++;
+	c->giving_next = *batch;
+	*batch = c;
+}
+
+/*
+ * Choose the idle chunks to give back, of @heap (NULL: every heap): all of
+ * them but, with @keep, the smallest of each heap, which stays registered so
+ * that a heap that grows and shrinks around one chunk does not register and
+ * deregister it each time.  Chunk lock held; returns the batch.
+ */
+static struct rdmalloc_chunk *choose_idle(const struct rdmalloc_heap *heap, int keep)
+{
+	struct rdmalloc_chunk *batch = NULL, *kept = NULL;
+	if (keep && heap) {
+		for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
+			if (c->heap == heap && idle(c) && (!kept || c->map_size < kept->map_size))
+				kept = c;
+	}
+	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
+		if ((!heap || c->heap == heap) && c != kept && idle(c))
+			mark_giving(c, &batch);
+	return batch;
+}
+
+/* Give back @c, marked GIVING: its keys were unpublished by mark_giving;
+ * deregister, return its pages.  No lock held.  Its bytes, or 0 when a
+ * deregistration failed (the chunk then keeps its pages: the NIC may still
+ * write them). */
+static size_t give_back(struct rdmalloc_chunk *c)
+{
+	unsigned used = 0;
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed))
+			used |= 1u << s;
+	int failed = rdmalloc_region_deregister_all(c) != 0 || atomic_load(&c->dereg_failed);
+	int err = failed ? 0 : rdmalloc_os_dontneed((void *)c->base, c->map_size);
+	if (failed)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) keeps its pages: deregistration failed",
+			     (void *)c->base, c->map_size);
+	else if (err) /* still ours: its old bytes are zeroed when committed */
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_DONTNEED) of a given-back chunk: %s",
+				  strerror(err));
+	rdmalloc_chunk_lock();
+	c->state = RDMALLOC_CHUNK_GONE;
+	c->stale = failed || err;
+	held_bytes -= c->map_size;
 	STAT_SUB(chunks, 1);
 	STAT_SUB(chunk_bytes, c->map_size);
 	rdmalloc_huge_count(c->page_kind, -1);
-	rdmalloc_chunk_lock();
-	held_bytes -= c->map_size;
-	desc_free(c);
+	STAT_INC(chunks_given_back);
+	STAT_ADD(bytes_given_back, c->map_size);
+	pd_users_release(used);
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a commit may wait for it */
 	rdmalloc_chunk_unlock();
+	return failed ? 0 : c->map_size;
+}
+
+static size_t give_back_batch(struct rdmalloc_chunk *batch)
+{
+	size_t bytes = 0;
+	while (batch) {
+		struct rdmalloc_chunk *c = batch;
+		batch = c->giving_next;
+		c->giving_next = NULL;
+		bytes += give_back(c);
+	}
+	return bytes;
+}
+
+/* Give back the idle chunks of @heap (NULL: all) but the kept ones
+ * (@keep).  No lock held. */
+static size_t give_back_idle(const struct rdmalloc_heap *heap, int keep)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *batch = choose_idle(heap, keep);
+	rdmalloc_chunk_unlock();
+	return give_back_batch(batch);
+}
+
+size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap)
+{
+	return give_back_idle(heap, 0);
+}
+
+/* The chunk a hook was called on, [addr, addr+len) inside it.  Chunk lock
+ * held. */
+static struct rdmalloc_chunk *hooked(void *addr, size_t len, const char *hook)
+{
+	struct rdmalloc_chunk *c = rdmalloc_chunk_owning(addr);
+	if (!c || len > c->base + c->size - (uintptr_t)addr)
+		rdmalloc_fatal("%s hook for [%p, +%zu) that is not inside a chunk of ours", hook, addr, len);
+	return c;
+}
+
+/* Register given-back @c again (TAKING, held_bytes counted) and publish
+ * it: 0 with the chunk lock held, or an errno value without it (nothing
+ * left registered). */
+static int take_back(struct rdmalloc_chunk *c)
+{
+	unsigned used = 0;
+	int err = register_steady(c, &used);
+	if (err && pressure(err) && give_back_idle(NULL, 0))
+		err = register_steady(c, &used);
+	if (err) {
+		log_reg_failure(c->size, err);
+		int kept = rdmalloc_region_deregister_all(c) != 0;
+		rdmalloc_chunk_lock();
+		c->stale |= kept;
+		pd_users_release(used);
+		rdmalloc_chunk_unlock();
+		return err;
+	}
+	c->state = RDMALLOC_CHUNK_LIVE;
+	atomic_store_explicit(&c->live_size, c->size, memory_order_release);
+	STAT_INC(chunks);
+	STAT_ADD(chunk_bytes, c->map_size);
+	STAT_INC(chunks_taken_back);
+	rdmalloc_huge_count(c->page_kind, 1);
+	pd_users_release(used);
+	return 0;
+}
+
+int rdmalloc_chunk_commit(void *addr, size_t len)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = hooked(addr, len, "commit");
+	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	if (c->state == RDMALLOC_CHUNK_GONE) {
+		int held = hold(c->map_size);
+		if (!held) {
+			rdmalloc_chunk_unlock();
+			give_back_idle(NULL, 0);
+			rdmalloc_chunk_lock();
+			/* Another commit may have taken it back meanwhile. */
+			while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
+				rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+			held = c->state != RDMALLOC_CHUNK_GONE || hold(c->map_size);
+		}
+		if (!held) {
+			rdmalloc_chunk_unlock();
+			log_limit(c->size);
+			return ENOMEM;
+		}
+		if (c->state == RDMALLOC_CHUNK_GONE) {
+			c->state = RDMALLOC_CHUNK_TAKING;
+			rdmalloc_chunk_unlock();
+			int err = take_back(c); /* returns with the lock on success */
+			if (err) {
+				rdmalloc_chunk_lock();
+				c->state = RDMALLOC_CHUNK_GONE;
+				held_bytes -= c->map_size;
+				rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+				rdmalloc_chunk_unlock();
+				return err;
+			}
+			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+		}
+	}
+	c->committed += len;
+	c->fresh = 0;
+	int zero = c->stale;
+	rdmalloc_chunk_unlock();
+	/* jemalloc owns [addr, addr+len) now, and takes it for zeroed. */
+	if (zero)
+		memset(addr, 0, len);
+	return 0;
+}
+
+void rdmalloc_chunk_decommit(void *addr, size_t len)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = hooked(addr, len, "decommit");
+	if (len > c->committed)
+		rdmalloc_fatal("decommit of %zu bytes of chunk %p, which has %zu committed", len,
+			       (void *)c->base, c->committed);
+	c->committed -= len;
+	c->stale = 1;
+	struct rdmalloc_chunk *batch = c->committed ? NULL : choose_idle(c->heap, 1);
+	rdmalloc_chunk_unlock();
+	give_back_batch(batch);
+}
+
+int rdmalloc_chunk_pin(struct rdmalloc_chunk *c)
+{
+	rdmalloc_chunk_lock();
+	int ok = c->state == RDMALLOC_CHUNK_LIVE;
+	c->pins += ok;
+	rdmalloc_chunk_unlock();
+	return ok ? 0 : ENOENT;
+}
+
+void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c)
+{
+	rdmalloc_chunk_lock();
+	if (!c->pins)
+		rdmalloc_fatal("chunk %p unpinned more often than pinned", (void *)c->base);
+	c->pins--;
+	struct rdmalloc_chunk *batch = idle(c) ? choose_idle(c->heap, 1) : NULL;
+	rdmalloc_chunk_unlock();
+	give_back_batch(batch);
 }
 
 void rdmalloc_chunk_destroyed(void *addr, size_t size)
 {
 	rdmalloc_chunk_lock();
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
+	struct rdmalloc_chunk *c = rdmalloc_chunk_owning(addr);
 	if (!c || (uintptr_t)addr + size > c->base + c->size) {
 		rdmalloc_chunk_unlock();
 		rdmalloc_fatal("destroy hook for [%p, +%zu) that is not a chunk of ours", addr, size);
@@ -296,14 +583,30 @@ size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap)
 	}
 }
 
-/* The next published chunk whose registration @i is (or, with @is 0, is
- * not) with @pd, or NULL.  Chunk lock held. */
+/* The next LIVE chunk whose registration @i is (or, with @is 0, is not)
+ * with @pd, or NULL.  Chunks being created, given back or taken back are
+ * their own thread's: the PD table's generation and pd_users keep them in
+ * step.  Chunk lock held. */
 static struct rdmalloc_chunk *next_registered(unsigned i, struct ibv_pd *pd, int is)
 {
 	struct rdmalloc_chunk *c = all_chunks;
-	while (c && (atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed) == pd) != is)
+	while (c && (c->state != RDMALLOC_CHUNK_LIVE ||
+		     (atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed) == pd) != is))
 		c = c->next;
 	return c;
+}
+
+/* A walk works on @c without the chunk lock: it is not given back
+ * meanwhile (an idle chunk left busy goes at the next give-back).  Chunk
+ * lock held. */
+static void walk_enter(struct rdmalloc_chunk *c)
+{
+	c->busy++;
+}
+
+static void walk_leave(struct rdmalloc_chunk *c)
+{
+	c->busy--;
 }
 
 /* Deregister every published chunk's registration @i with @pd: each is
@@ -314,11 +617,13 @@ static int deregister_all_with(unsigned i, struct ibv_pd *pd)
 	int first = 0;
 	for (struct rdmalloc_chunk *c; (c = next_registered(i, pd, 1));) {
 		struct ibv_mr *mr = rdmalloc_region_unpublish(c, i);
+		walk_enter(c);
 		rdmalloc_chunk_unlock();
 		int err = rdmalloc_region_deregister(c, mr);
 		if (err && !first)
 			first = err;
 		rdmalloc_chunk_lock();
+		walk_leave(c);
 	}
 	return first;
 }
@@ -351,9 +656,11 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 			rdmalloc_chunk_unlock();
 			return 0;
 		}
+		walk_enter(c);
 		rdmalloc_chunk_unlock();
 		int err = rdmalloc_region_register(c, (unsigned)s, pd);
 		rdmalloc_chunk_lock();
+		walk_leave(c);
 		if (err) {
 			deregister_all_with((unsigned)s, pd);
 			pds_filling &= ~(1u << s);
@@ -425,7 +732,7 @@ static struct rdmalloc_chunk *next_to_rereg(struct rdmalloc_heap *heap, unsigned
 					    unsigned stamp, unsigned *index)
 {
 	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next) {
-		if (c->heap != heap)
+		if (c->heap != heap || c->state != RDMALLOC_CHUNK_LIVE)
 			continue;
 		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 			struct rdmalloc_reg *r = &c->reg[s];
@@ -441,7 +748,7 @@ static struct rdmalloc_chunk *next_to_rereg(struct rdmalloc_heap *heap, unsigned
 }
 
 /* Change registration @i of @c and report a change of keys.  No lock
- * held; the PD lock keeps the chunk and its registrations alive and ours. */
+ * held; the PD lock keeps its registrations ours, busy keeps it LIVE. */
 static int rereg_one(struct rdmalloc_chunk *c, unsigned i, unsigned access, int new_keys, unsigned stamp,
 		     rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed)
 {
@@ -467,10 +774,15 @@ int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_k
 		unsigned s = 0;
 		rdmalloc_chunk_lock();
 		struct rdmalloc_chunk *c = next_to_rereg(heap, access, new_keys, stamp, &s);
+		if (c)
+			walk_enter(c);
 		rdmalloc_chunk_unlock();
 		if (!c)
 			return 0;
 		int err = rereg_one(c, s, access, new_keys, stamp, cb, ctx, changed);
+		rdmalloc_chunk_lock();
+		walk_leave(c);
+		rdmalloc_chunk_unlock();
 		if (err)
 			return err;
 	}
@@ -487,8 +799,26 @@ void rdmalloc_chunks_forget_registrations(void)
 	reg_gen++;
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
 		pd_users[s] = 0;
-	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next)
-		for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
+	for (struct rdmalloc_chunk *c = all_chunks; c; c = c->next) {
+		for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++) {
+			c->pins -= c->reg[i].windows; /* the windows go; elided regions stay pinned */
 			rdmalloc_region_forget(c, i);
+		}
+		c->busy = 0;
+		/* A give-back or take-back the parent was in the middle of is
+		 * not the child's to finish: the chunk is left given back, its
+		 * bytes whatever they are (zeroed when committed). */
+		if (c->state == RDMALLOC_CHUNK_GIVING) {
+			STAT_SUB(chunks, 1);
+			STAT_SUB(chunk_bytes, c->map_size);
+			rdmalloc_huge_count(c->page_kind, -1);
+		}
+		if (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING) {
+			c->state = RDMALLOC_CHUNK_GONE;
+			c->stale = 1;
+			c->giving_next = NULL;
+			held_bytes -= c->map_size;
+		}
+	}
 	rdmalloc_implicit_forget();
 }

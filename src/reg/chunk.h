@@ -49,6 +49,7 @@ static inline uint32_t rdmalloc_keys_rkey(uint64_t keys)
 struct rdmalloc_chunk_spec {
 	_Atomic unsigned int access; /* registration flags, implied bits included (written under the PD lock) */
 	unsigned int flags;          /* RDMA_HEAP_*, fixed */
+	int gives_back;              /* its idle chunks are given back (fixed): not ODP */
 };
 
 static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec *s)
@@ -57,15 +58,30 @@ static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec
 }
 
 /*
+ * What a chunk is (chunk lock).  A chunk is given back when jemalloc has
+ * decommitted all of it (doc/design.md, "Giving memory back"): deregistered
+ * and its pages returned, while jemalloc keeps the address range; when
+ * jemalloc commits part of it again, it is registered anew (new keys).
+ */
+enum rdmalloc_chunk_state {
+	RDMALLOC_CHUNK_LIVE = 0, /* registered and published */
+	RDMALLOC_CHUNK_GIVING,   /* being given back: unpublished, deregistering */
+	RDMALLOC_CHUNK_GONE,     /* given back: no registration, no pages */
+	RDMALLOC_CHUNK_TAKING,   /* being registered again for a commit */
+};
+
+/*
  * A chunk is one allocation of an extent hook: jemalloc's extent
  * [base, base + size).  Chunks are aligned to RDMALLOC_GRANULE, so each
  * granule of the address space belongs to at most one chunk; the address
- * map maps granules to chunks.  base, size and heap never change while the
- * chunk is published.
+ * map maps granules to chunks, given-back ones included (for the hooks;
+ * lookups see live_size).  base, size and heap never change until the
+ * chunk is released.
  */
 struct rdmalloc_chunk {
 	uintptr_t base;
 	size_t size;     /* what jemalloc asked for and uses */
+	_Atomic size_t live_size; /* size while LIVE, 0 otherwise: what lookups see */
 	size_t map_size; /* mapped and registered: size rounded up to whole pages of page_kind */
 	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
 	struct rdmalloc_heap *heap;              /* its owner: only compared here */
@@ -73,7 +89,15 @@ struct rdmalloc_chunk {
 	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* reg[i]: with PD i of the PD table */
 	size_t destroyed;                             /* bytes handed back by the destroy hook */
 	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
-	struct rdmalloc_chunk *next, *prev;           /* all chunks, under the chunk lock */
+	/* Under the chunk lock: */
+	unsigned state;    /* enum rdmalloc_chunk_state */
+	size_t committed;  /* bytes jemalloc has committed (spec->gives_back) */
+	unsigned busy;     /* walks (attach, detach, access changes) working on it unlocked */
+	unsigned pins;     /* memory windows and drop-in elided regions on it */
+	int stale;         /* holds bytes of ranges jemalloc decommitted: commits zero them */
+	int fresh;         /* created uncommitted, not committed yet: not idle */
+	struct rdmalloc_chunk *giving_next; /* a batch being given back */
+	struct rdmalloc_chunk *next, *prev; /* all chunks, given-back ones included */
 };
 
 #define RDMALLOC_GRANULE_SHIFT 21
@@ -85,20 +109,50 @@ void rdmalloc_chunk_unlock(void);
 
 /*
  * Map @size bytes aligned to max(@alignment, granule) for @heap, register
- * them with every attached PD and publish them.  NULL with errno ENOMEM when
- * the mapping, a registration or RDMALLOC_MAX_REGISTERED refuses: nothing is
- * left behind.  Takes the chunk lock.
+ * them with every attached PD and publish them.  @committed: whether
+ * jemalloc takes it as committed; if not, it commits the parts it uses
+ * (rdmalloc_chunk_commit).  NULL with errno ENOMEM when the mapping, a
+ * registration or RDMALLOC_MAX_REGISTERED refuses (after giving idle
+ * chunks back and trying once more): nothing is left behind.  Takes the
+ * chunk lock.
  */
 struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const struct rdmalloc_chunk_spec *spec,
-					     size_t size, size_t alignment);
+					     size_t size, size_t alignment, int committed);
 
 /* The destroy hook handed back [addr, addr+size): once a whole chunk has
  * come back, unpublish, deregister and unmap it.  Takes the chunk lock. */
 void rdmalloc_chunk_destroyed(void *addr, size_t size);
 
+/*
+ * The commit hook: jemalloc is about to use [addr, addr+len) of a chunk of
+ * a giving-back heap.  A given-back chunk is registered again first (with
+ * new keys; under memory pressure idle chunks are given back and it is
+ * tried once more); a range whose old bytes stayed (decommitted while the
+ * chunk stayed registered) is zeroed, since jemalloc takes decommitted
+ * memory for zeroed.  0 or an errno value (the commit fails).  Takes the
+ * chunk lock; may wait for a give-back of the same chunk to finish.
+ */
+int rdmalloc_chunk_commit(void *addr, size_t len);
+/* The decommit hook: jemalloc no longer uses [addr, addr+len).  When no
+ * byte of the chunk is committed any more, idle chunks of its heap beyond
+ * the one kept are given back.  Takes the chunk lock. */
+void rdmalloc_chunk_decommit(void *addr, size_t len);
+/* Give back every idle chunk (of @heap, or of every heap: NULL), the kept
+ * ones included.  Returns the bytes given back.  Takes the chunk lock. */
+size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap);
+/* Keep @c registered while a memory window or an elided region is on it:
+ * 0, or ENOENT when it is not LIVE (given back, or going).  Chunk lock. */
+int rdmalloc_chunk_pin(struct rdmalloc_chunk *c);
+/* Undo one rdmalloc_chunk_pin(); an idle chunk may then be given back. */
+void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
+
 /* Release every chunk of @heap that is left (after arena destroy).  Returns
  * how many there were.  Takes the chunk lock. */
 size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap);
+
+/* The chunk whose range holds @p, in any state, or NULL (for the hooks:
+ * jemalloc owns the range).  Lock-free. */
+struct rdmalloc_chunk *rdmalloc_chunk_owning(const void *p);
 
 /* PD @i of the PD table (registration reg[i] of every chunk), or NULL (a
  * lock-free read). */

@@ -190,6 +190,26 @@ static int parse_arenas(const char *s, unsigned int *out)
 	return 0;
 }
 
+/* A decay time in ms: -1 (never) to RDMALLOC_DECAY_MS_MAX, decimal. */
+static int parse_decay(const char *s, long *out)
+{
+	if (!strcmp(s, "-1")) {
+		*out = -1;
+		return 0;
+	}
+	long v = 0;
+	size_t i = 0;
+	for (; s[i] >= '0' && s[i] <= '9'; i++) {
+		v = v * 10 + (s[i] - '0');
+		if (v > RDMALLOC_DECAY_MS_MAX)
+			return -1;
+	}
+	if (i == 0 || s[i])
+		return -1;
+	*out = v;
+	return 0;
+}
+
 #define parse_size rdmalloc_parse_size
 #define parse_access rdmalloc_parse_access
 #define parse_bool rdmalloc_parse_bool

@@ -29,6 +29,8 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
 	  "most bytes of chunks held at once (0: no limit)")                     \
+	X(DECAY_MS, decay_ms, decay, "10000",                                    \
+	  "ms free pages stay before idle chunks are given back (-1: never, 0: at once)") \
 	X(STATS, stats, stats, "0",                                              \
 	  "print stats at exit: 0, 1 (text) or json")                            \
 	X(HUGEPAGES, hugepages, bool, "0",                                       \
@@ -36,6 +38,7 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 
 #define RDMALLOC_DEVICE_NAME_MAX 64
 #define RDMALLOC_ARENAS_MAX 16 /* RDMALLOC_PRELOAD_ARENAS */
+#define RDMALLOC_DECAY_MS_MAX 1000000000L /* RDMALLOC_DECAY_MS: about 11 days */
 
 struct rdmalloc_options {
 	int log_level;
@@ -45,6 +48,7 @@ struct rdmalloc_options {
 	unsigned int preload_arenas;
 	size_t chunk_max;
 	size_t max_registered;
+	long decay_ms;
 	int stats;
 	int hugepages;
 };

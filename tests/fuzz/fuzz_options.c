@@ -198,6 +198,22 @@ __attribute__((unused)) static int ref_arenas(const char *s, unsigned *out)
 	return 0;
 }
 
+/* -1, or 0 to 1000000000 in plain decimal digits (leading zeros allowed). */
+__attribute__((unused)) static int ref_decay(const char *s, long *out)
+{
+	if (!strcmp(s, "-1"))
+		return *out = -1, 0;
+	size_t n = strlen(s);
+	if (n == 0 || strspn(s, "0123456789") != n)
+		return -1;
+	while (n > 1 && *s == '0')
+		s++, n--;
+	if (n > 10 || (n == 10 && strcmp(s, "1000000000") > 0))
+		return -1;
+	*out = atol(s);
+	return 0;
+}
+
 __attribute__((unused)) static int ref_bool(const char *s, int *out)
 {
 	if (!strcmp(s, "0") || ci_eq(s, "off") || ci_eq(s, "no") || ci_eq(s, "false"))
@@ -216,6 +232,7 @@ __attribute__((unused)) static int ref_bool(const char *s, int *out)
 #define same_growth(a, b) (*(a) == *(b))
 #define same_stats(a, b) (*(a) == *(b))
 #define same_arenas(a, b) (*(a) == *(b))
+#define same_decay(a, b) (*(a) == *(b))
 #define same_device(a, b) (strnlen(*(a), RDMALLOC_DEVICE_NAME_MAX) < RDMALLOC_DEVICE_NAME_MAX && !strcmp(*(a), *(b)))
 
 #ifdef RDMALLOC_FUZZ_QUIET

@@ -613,6 +613,8 @@ __attribute__((unused)) static const char *const bad_stats[] = { "", " ", "2", "
 					 NULL };
 __attribute__((unused)) static const char *const bad_arenas[] = { "", " ", "17", "-1", "0016x", "1 ", "+2", "0x4", "1e1", "4294967297",
 					  "0017", "two", NULL };
+__attribute__((unused)) static const char *const bad_decay[] = { "", " ", "-2", "1000000001", "1e3", "0x10", "10 ", "+5",
+					 "-0", "10ms", "99999999999999999999", "-1 ", NULL };
 __attribute__((unused)) static const char *const bad_bool[] = { "", " ", "2", "-1", "yes!", "t", "y", "enable", "TRUE ", "on\n",
 					"json", NULL };
 

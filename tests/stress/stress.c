@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * stress.c - threads allocate, free, realloc and look up keys in several
- * heaps while PDs are attached and detached and a thread of its own creates,
- * fills and destroys heaps, checking the invariants after every step, for a
- * bounded time.  A plain program (not Criterion) so that it also runs under
+ * heaps while PDs are attached and detached, a thread of its own creates,
+ * fills and destroys heaps, and idle chunks come and go (a heap with a 1 ms
+ * decay, rdma_malloc_trim() all the while), checking the invariants after
+ * every step, for a bounded time.  A plain program (not Criterion) so that it also runs under
  * ThreadSanitizer.  Uses the fake verbs backend.
  *
  *   stress [SECONDS] [THREADS] [faults]      prints "N passed, M failed"
@@ -196,7 +197,8 @@ int main(int argc, char **argv)
 	}
 #endif
 	heaps[0] = rdma_heap_default();
-	heaps[1] = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	/* Its chunks are given back as soon as they are idle, and taken back. */
+	heaps[1] = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = 1 });
 	heaps[2] = rdma_heap_create(NULL);
 	if (!heaps[1] || !heaps[2]) {
 		perror("rdma_heap_create");
@@ -224,6 +226,7 @@ int main(int argc, char **argv)
 		pthread_create(&s, NULL, worker, &sa);
 		struct timespec d = { 0, 20 * 1000 * 1000 };
 		nanosleep(&d, NULL);
+		rdma_malloc_trim();
 		rdma_malloc_detach_pd(fake_pd(1));
 		atomic_store(&sa.stop, 1);
 		pthread_join(s, NULL);
@@ -254,10 +257,15 @@ int main(int argc, char **argv)
 	}
 	long v = atomic_load(&violations);
 	printf("stress: %.1f s, %d threads (+%ld short-lived, +1 heap churner), %ld operations, %ld PD "
-	       "attach/detach cycles, %ld heaps created and destroyed, %lu faults injected, %ld allocations "
-	       "failed cleanly, %ld invariant violations\n",
-	       seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, atomic_load(&heap_cycles), injected,
+	       "attach/detach cycles, %ld heaps created and destroyed, %llu chunks given back and %llu taken "
+	       "back, %lu faults injected, %ld allocations failed cleanly, %ld invariant violations\n",
+	       seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, atomic_load(&heap_cycles),
+	       (unsigned long long)st.chunks_given_back, (unsigned long long)st.chunks_taken_back, injected,
 	       atomic_load(&clean_failures), v);
+	if (!st.chunks_given_back) {
+		fprintf(stderr, "stress: no chunk was given back: the give-back paths went untried\n");
+		failed++;
+	}
 	if (v)
 		failed++;
 	printf("%d passed, %d failed\n", failed ? 0 : 1, failed ? 1 : 0);

@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_giveback.c - giving pinned memory back (issue 12), against the fake
+ * backend: idle chunks deregistered and their pages returned, lookups of
+ * them ENOENT, reuse with new registrations and zeroed memory, never under
+ * a live block or a window, no registration churn at steady state, and
+ * memory pressure cured by giving back.  What the NIC does with an old key
+ * is tests/e2e's (test_giveback.c there).
+ */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_verbs.h"
+#include "heap.h"
+#include "rdma_malloc.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define LW IBV_ACCESS_LOCAL_WRITE
+#define RR IBV_ACCESS_REMOTE_READ
+
+static void setup(void)
+{
+	fake_verbs_install(1);
+}
+
+TestSuite(giveback, .init = setup, .timeout = 120);
+
+static struct rdma_malloc_stats stats(void)
+{
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	return st;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+	nanosleep(&ts, NULL);
+}
+
+/* jemalloc decays on its arena's ticks, and only there (no background
+ * thread): blocks past the thread cache (1 MiB) tick it. */
+static void tick(rdma_heap_t *h)
+{
+	for (int k = 0; k < 2000; k++)
+		rdma_free(rdma_heap_malloc(h, 1536 * KiB));
+}
+
+/* Sizes of a server's objects: small, page-sized, large. */
+static size_t size_of(unsigned i)
+{
+	static const size_t sizes[] = { 48, 200, 1000, 4096, 24 * KiB, 300 * KiB, 2 * MiB };
+	return sizes[i % 7];
+}
+
+/* Allocate about @total bytes from @h into @p (at most @max blocks), each
+ * block's first bytes written.  Returns the count. */
+static size_t fill(rdma_heap_t *h, void **p, size_t max, size_t total, unsigned seed)
+{
+	size_t n = 0, bytes = 0;
+	while (bytes < total && n < max) {
+		size_t s = size_of(seed + (unsigned)n);
+		p[n] = rdma_heap_malloc(h, s);
+		cr_assert(p[n], "allocation %zu of %zu bytes: %s", n, s, strerror(errno));
+		memset(p[n], 0x5a, s < 4096 ? s : 4096);
+		bytes += s;
+		n++;
+	}
+	return n;
+}
+
+/* The phase workload of the issue: 64 MiB long-lived, then bursts of
+ * 400 MiB allocated and freed; after rdma_malloc_trim() the chunks held
+ * are at most 1.5 times the live bytes, every region left is of a chunk
+ * held, and an address of a given-back chunk is ENOENT.  Before issue 12
+ * the chunks held stayed at the peak (about 7 times). */
+Test(giveback, phases_held_follows_live)
+{
+	rdma_heap_t *h = rdma_heap_default();
+	enum { MAXB = 1 << 16 };
+	static void *keep[MAXB], *burst[MAXB];
+	size_t nk = fill(h, keep, MAXB, 64 * MiB, 0);
+	for (unsigned phase = 0; phase < 3; phase++) {
+		size_t nb = fill(h, burst, MAXB, 400 * MiB, phase * 3 + 1);
+		struct rdma_malloc_stats st = stats();
+		cr_assert_gt(st.chunk_bytes, 400 * MiB);
+		void *probe = burst[nb - 1];
+		for (size_t i = 0; i < nb; i++)
+			rdma_free(burst[i]);
+		size_t back = rdma_malloc_trim();
+		st = stats();
+		double ratio = (double)st.chunk_bytes / (double)st.live_bytes;
+		cr_log_info("phase %u: %zu MiB given back; held %llu MiB, live %llu MiB: %.2f", phase, back >> 20,
+			    (unsigned long long)(st.chunk_bytes >> 20), (unsigned long long)(st.live_bytes >> 20),
+			    ratio);
+		cr_assert_gt(back, 0);
+		cr_assert_leq(ratio, 1.5, "held/live %.2f after trim (held %llu, live %llu)", ratio,
+			      (unsigned long long)st.chunk_bytes, (unsigned long long)st.live_bytes);
+		cr_assert_eq(st.mrs, fake_live_mrs());
+		cr_assert_eq(st.chunks, st.mrs, "one region per chunk held");
+		cr_assert_gt(st.chunks_given_back, 0);
+		cr_assert_eq(st.bytes_given_back >= back, 1);
+		/* The last block of the burst sat in the last chunk: given back. */
+		uint32_t lkey;
+		int err = rdma_malloc_keys(probe, 1, NULL, &lkey, NULL);
+		if (err != ENOENT)
+			cr_assert(fake_find(fake_pd(0), probe), "lookup %d of a chunk with no region", err);
+	}
+	/* The long-lived blocks kept their chunks and their keys. */
+	for (size_t i = 0; i < nk; i++) {
+		uint32_t lkey;
+		cr_assert_eq(rdma_malloc_keys(keep[i], 1, NULL, &lkey, NULL), 0);
+		cr_assert(fake_find(fake_pd(0), keep[i]));
+		cr_assert_eq(((unsigned char *)keep[i])[0], 0x5a);
+		rdma_free(keep[i]);
+	}
+}
+
+/* Memory allocated where a chunk was given back is registered again (new
+ * region) and zeroed where the program asks for zeroes; memory jemalloc
+ * decommitted inside a chunk that stayed registered is zeroed on reuse
+ * (jemalloc takes decommitted memory for zeroed: calloc relies on it). */
+Test(giveback, reuse_registers_again_and_zeroes)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	enum { N = 64 };
+	void *p[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = rdma_heap_malloc(h, 1 * MiB);
+		cr_assert(p[i]);
+		memset(p[i], 0xab, 1 * MiB);
+	}
+	void *pin = rdma_heap_malloc(h, 64); /* keeps the first chunk registered */
+	for (int i = 0; i < N; i++)
+		rdma_free(p[i]);
+	rdma_malloc_trim();
+	struct rdma_malloc_stats before = stats();
+	cr_assert_gt(before.chunks_given_back, 0);
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < N; i++) {
+			unsigned char *q = rdma_heap_calloc(h, 1, 1 * MiB);
+			cr_assert(q);
+			for (size_t k = 0; k < 1 * MiB; k += 512)
+				cr_assert_eq(q[k], 0, "calloc'ed byte %zu of a reused range is %#x", k, q[k]);
+			cr_assert(fake_find(fake_pd(0), q), "reused memory has no region");
+			uint32_t lkey;
+			cr_assert_eq(rdma_malloc_keys(q, 1 * MiB, NULL, &lkey, NULL), 0);
+			cr_assert_eq(fake_pd_of_lkey(lkey), fake_pd(0));
+			memset(q, 0xcd, 1 * MiB);
+			p[i] = q;
+		}
+		for (int i = 0; i < N; i++)
+			rdma_free(p[i]);
+		rdma_malloc_trim();
+	}
+	struct rdma_malloc_stats after = stats();
+	cr_assert_gt(after.chunks_taken_back + after.chunks - before.chunks, 0);
+	rdma_free(pin);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(stats().mrs, fake_live_mrs());
+}
+
+/* With a decay time, idle chunks go without rdma_malloc_trim(): jemalloc
+ * decommits pages free for that long as the heap is used. */
+Test(giveback, decay_gives_back)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 20 });
+	cr_assert(h);
+	enum { MAXB = 1 << 14 };
+	static void *b[MAXB];
+	size_t n = fill(h, b, MAXB, 100 * MiB, 3);
+	for (size_t i = 0; i < n; i++)
+		rdma_free(b[i]);
+	for (int i = 0; i < 100 && stats().chunks_given_back == 0; i++) {
+		sleep_ms(20);
+		tick(h);
+	}
+	cr_assert_gt(stats().chunks_given_back, 0, "nothing given back after 2 s of 20 ms decay");
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* decay_ms -1: nothing is given back until rdma_malloc_trim(). */
+Test(giveback, never_until_trim)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
+	cr_assert(h);
+	enum { MAXB = 1 << 14 };
+	static void *b[MAXB];
+	size_t n = fill(h, b, MAXB, 100 * MiB, 3);
+	for (size_t i = 0; i < n; i++)
+		rdma_free(b[i]);
+	sleep_ms(100);
+	for (int k = 0; k < 10; k++)
+		tick(h);
+	cr_assert_eq(stats().chunks_given_back, 0);
+	cr_assert_gt(rdma_malloc_trim(), 0);
+	cr_assert_gt(stats().chunks_given_back, 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* A heap that grows and shrinks around a chunk boundary does not register
+ * anew each time: with the default decay nothing is given back while the
+ * memory is reused, and with a short decay the smallest idle chunk stays. */
+Test(giveback, no_churn_at_a_boundary)
+{
+	for (int d = 0; d < 2; d++) {
+		long decay = d ? 1 : 0;
+		rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = decay });
+		cr_assert(h);
+		void *base = rdma_heap_malloc(h, 1 * MiB); /* most of the first chunk */
+		unsigned long regs = 0;
+		for (int i = 0; i < 300; i++) {
+			void *q = rdma_heap_malloc(h, 1536 * KiB); /* does not fit: the next chunk */
+			cr_assert(q);
+			rdma_free(q);
+			if (d)
+				sleep_ms(2);
+			if (i == 20)
+				regs = fake_reg_calls();
+		}
+		cr_assert_eq(fake_reg_calls(), regs, "decay %ld: %lu registrations at steady state", decay,
+			     fake_reg_calls() - regs);
+		rdma_free(base);
+		cr_assert_eq(rdma_heap_destroy(h), 0);
+	}
+}
+
+/* A chunk with a window on it is never given back, even with its memory
+ * freed; once the window goes, it is. */
+Test(giveback, window_pins_its_chunk, .init = NULL)
+{
+	fake_verbs_install(1);
+	struct ibv_qp qp = { .pd = fake_pd(0) };
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_MW_BIND });
+	cr_assert(h);
+	char *buf = rdma_heap_malloc(h, 3 * MiB);
+	cr_assert(buf);
+	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp, buf, 100, RR, IBV_MW_TYPE_2, 1, 0);
+	cr_assert(mw, "grant: %s", strerror(errno));
+	rdma_free(buf);
+	rdma_malloc_trim();
+	cr_assert(fake_find(fake_pd(0), buf), "a chunk under a window was given back");
+	cr_assert_eq(rdma_malloc_mw_free(mw), 0);
+	rdma_malloc_trim();
+	cr_assert_null(fake_find(fake_pd(0), buf), "the chunk stayed after its window went");
+	uint32_t lkey;
+	cr_assert_eq(rdma_malloc_keys(buf, 1, NULL, &lkey, NULL), ENOENT);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* Memory pressure: under RDMALLOC_MAX_REGISTERED, phases whose sizes
+ * differ each time (so that jemalloc cannot reuse the last phase's
+ * extents as they are) keep working with live memory under the limit:
+ * idle chunks are given back before a chunk is refused. */
+Test(giveback, pressure_gives_back_first, .init = NULL)
+{
+	setenv("RDMALLOC_MAX_REGISTERED", "48M", 1);
+	setenv("RDMALLOC_DECAY_MS", "-1", 1);
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_default();
+	enum { MAXB = 1 << 14 };
+	static void *b[MAXB];
+	for (unsigned phase = 0; phase < 24; phase++) {
+		size_t n = 0, bytes = 0, s = (size_t)(phase % 6 + 1) * 3 * MiB + (phase % 5) * 4096;
+		while (bytes < 24 * MiB) {
+			b[n] = rdma_heap_malloc(h, s);
+			cr_assert(b[n], "phase %u: allocation of %zu bytes with %zu live failed: %s", phase, s,
+				  bytes, strerror(errno));
+			bytes += s;
+			n++;
+		}
+		for (size_t i = 0; i < n; i++)
+			rdma_free(b[i]);
+		/* What jemalloc has free is decommitted only when it decays
+		 * or is trimmed; the program trims between phases. */
+		rdma_malloc_trim();
+	}
+	struct rdma_malloc_stats st = stats();
+	cr_assert_leq(st.chunk_bytes, 48 * MiB);
+}
+
+/* An ENOMEM from ibv_reg_mr (RLIMIT_MEMLOCK) gives idle chunks back (here
+ * the one a heap kept) and tries once more. */
+Test(giveback, enomem_gives_back_and_retries)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
+	cr_assert(h);
+	enum { N = 40 };
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		cr_assert(p[i] = rdma_heap_malloc(h, 1 * MiB));
+	for (int i = 0; i < N; i++)
+		rdma_free(p[i]);
+	/* What decay would do: every free page decommitted; every chunk but
+	 * the smallest goes. */
+	rdmalloc_heap_purge(h);
+	unsigned long back = stats().chunks_given_back;
+	cr_assert_gt(back, 0);
+	rdma_heap_t *other = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(other);
+	fake_fail_reg(fake_reg_calls() + 1, 1); /* the next registration: ENOMEM */
+	void *q = rdma_heap_malloc(other, 8 * MiB);
+	cr_assert(q, "allocation failed: %s", strerror(errno));
+	cr_assert_gt(stats().chunks_given_back, back, "the kept idle chunk was not given back first");
+	rdma_free(q);
+	cr_assert_eq(rdma_heap_destroy(other), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
