@@ -28,4 +28,12 @@ RDMALLOC_TESTABLE unsigned rdmalloc_automatic_arenas(void);
 RDMALLOC_TESTABLE void *rdmalloc_probe_malloc(size_t size);
 RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
 
+/*
+ * jemalloc options every copy of ours is built with (je_malloc_conf).
+ * oversize_threshold: jemalloc purges a freed extent of 8 MiB or more at
+ * once, not after the decay time; for us that is a chunk given back and
+ * registered again on every free and malloc of a big buffer.  1 TiB: never.
+ */
+#define RDMALLOC_JE_CONF "oversize_threshold:1099511627776"
+
 #endif

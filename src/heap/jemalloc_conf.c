@@ -13,7 +13,10 @@
  * program's realloc growth needs freed large blocks back in the arena to
  * grow in place.
  * Figures: doc/benchmarks.md, section 2 and section 3's "Thread caches".
+ *
+ * Both take RDMALLOC_JE_CONF (jemalloc.h): no eager purge of big frees.
  */
 #include "je.h"
+#include "jemalloc.h"
 
-const char *je_malloc_conf = "tcache_max:1048576";
+const char *je_malloc_conf = RDMALLOC_JE_CONF ",tcache_max:1048576";

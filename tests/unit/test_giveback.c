@@ -235,6 +235,26 @@ Test(giveback, no_churn_at_a_boundary)
 	}
 }
 
+/* The same with blocks past jemalloc's oversize threshold (8 MiB), whose
+ * free purges at once when decay is on: two buffers of 24 MiB in turn,
+ * each a chunk of its own, must not be registered again on every malloc. */
+Test(giveback, no_churn_with_big_buffers)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	unsigned long regs = 0;
+	for (int i = 0; i < 100; i++) {
+		void *a = rdma_heap_malloc(h, 24 * MiB), *b = rdma_heap_malloc(h, 24 * MiB);
+		cr_assert(a && b);
+		rdma_free(a);
+		rdma_free(b);
+		if (i == 5)
+			regs = fake_reg_calls();
+	}
+	cr_assert_eq(fake_reg_calls(), regs, "%lu registrations at steady state", fake_reg_calls() - regs);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
 /* A chunk with a window on it is never given back, even with its memory
  * freed; once the window goes, it is. */
 Test(giveback, window_pins_its_chunk, .init = NULL)
