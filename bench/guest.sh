@@ -33,12 +33,14 @@ if [ $mode = quick ]; then
 	msg_args=(--sizes 64,64K,1M --reps 2 --min-ms 20 --min-msgs 3)
 	alloc_reps=1 alloc_scale=0.01 alloc_workloads=(small large)
 	fp_live=32M fp_configs=(0:4k 0:huge)
+	phases_args=(--long 16M --burst 64M --phases 2)
 	startup_reps=3 startup_methods=exec,verbs,rdmalloc,rdmalloc-nodev
 else
 	keys_args=(--ptrs 16384 --lookups 200000 --reps 7 --regmr-iters 300)
 	msg_args=(--reps 5 --min-ms 100 --min-msgs 5)
 	alloc_reps=3 alloc_scale=0.06 alloc_workloads=(small mixed prodcons realloc large)
 	fp_live=256M fp_configs=(0:4k 2M:4k 8M:4k 32M:4k 128M:4k 0:huge 8M:huge)
+	phases_args=(--long 64M --burst 384M --phases 3)
 	startup_reps=15 startup_methods=exec,malloc,devices,verbs,rdmalloc,rdmalloc-nodev
 fi
 threads="1,$nproc"
@@ -58,6 +60,13 @@ for cfg in "${fp_configs[@]}"; do
 	run "footprint-guest-$c-$pm" footprint.csv env RDMALLOC_CHUNK_MAX=$c \
 		RDMALLOC_HUGEPAGES=$([ $pm = huge ] && echo 1 || echo 0) "$b/rdmalloc-bench-footprint" \
 		--header --env guest --live $fp_live --chunk-max $c --page-mode $pm
+done
+
+# Phases: what is held after bursts, real registration; plain jemalloc's RSS beside it.
+run phases-guest phases.csv "$b/rdmalloc-bench-phases" --header --env guest "${phases_args[@]}"
+for spec in "$@"; do
+	[ "${spec%%=*}" = jemalloc ] && run phases-guest-jemalloc phases.csv env LD_PRELOAD="${spec#*=}" \
+		"$b/rdmalloc-bench-phases" --header --env guest --plain --alloc jemalloc "${phases_args[@]}"
 done
 
 # Allocators, interleaved; registration is active for rdmalloc's preload.

@@ -433,6 +433,44 @@ else:
     md.append("Not measured.")
     md.append("")
 
+# ------------------------------------------------------------------ 4b. phases
+ph = read("phases.csv")
+md.append("## 4b. Phases: memory given back")
+md.append("")
+if ph:
+    md.append("`bench/phases.c`: long-lived blocks (64 B - 64 KiB) first, then bursts of blocks "
+              "(64 B - 4 MiB) allocated and freed, then what the allocator gives back at once "
+              "(rdmalloc: `rdma_malloc_trim()`; plain jemalloc: `arena.<all>.purge`), then a "
+              "steady state at constant live size. held = rdmalloc's chunk bytes (registered, "
+              "pinned); registrations counted from row `warm` to row `steady`.")
+    md.append("")
+    rows = []
+    by = {}
+    for r in ph:
+        by[(r["env"], r["alloc"], r["step"])] = r
+    for (env, alloc, step), r in by.items():
+        if not (step.startswith("given-back") or step in ("long-lived", "burst-1", "steady")):
+            continue
+        live, held, rss = int(r["live_bytes"]), int(r["chunk_bytes"]), int(r["rss_bytes"])
+        regs = "—"
+        w = by.get((env, alloc, "warm"))
+        if step == "steady" and w and alloc != "jemalloc":
+            regs = str(int(r["registrations"]) - int(w["registrations"]))
+        rows.append([env, alloc, step, f"{live / 2**20:.0f}", f"{held / 2**20:.0f}" if held else "—",
+                     fmt(ratio(held, live), 2) if held else "—", f"{rss / 2**20:.0f}", regs])
+    table(["env", "allocator", "step", "live MiB", "held MiB", "held / live", "RSS MiB",
+           "registrations at steady state"], rows)
+    for env in sorted({r["env"] for r in ph}):
+        last = [r for (e, a, s), r in by.items() if e == env and a == "rdmalloc" and s.startswith("given-back")]
+        if last:
+            r = last[-1]
+            q = ratio(int(r["chunk_bytes"]), int(r["live_bytes"]))
+            verdict(f"phases ({env}): held / live <= 1.5 after the give-back",
+                             "met" if q is not None and q <= 1.5 else "NOT met", f"{fmt(q, 2)}")
+else:
+    md.append("Not measured.")
+    md.append("")
+
 # ------------------------------------------------------------------ 5. startup
 su = read("startup.csv")
 md.append("## 5. Start-up")
