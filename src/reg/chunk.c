@@ -302,7 +302,12 @@ fail:
 static void release(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();
+	/* Memory pressure on another heap may be giving it back: let it
+	 * finish; from now on nobody else chooses it. */
+	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 	int held = c->state != RDMALLOC_CHUNK_GONE;
+	c->state = RDMALLOC_CHUNK_RELEASING;
 	atomic_store_explicit(&c->live_size, 0, memory_order_release);
 	rdmalloc_addrmap_remove(c);
 	if (c->prev)
@@ -455,6 +460,8 @@ static int take_back(struct rdmalloc_chunk *c)
 	if (err) {
 		log_reg_failure(c->size, err);
 		int kept = rdmalloc_region_deregister_all(c) != 0;
+		if (!kept) /* the registration faulted pages in: back they go */
+			kept = rdmalloc_os_dontneed((void *)c->base, c->map_size) != 0;
 		rdmalloc_chunk_lock();
 		c->stale |= kept;
 		pd_users_release(used);

@@ -68,6 +68,7 @@ enum rdmalloc_chunk_state {
 	RDMALLOC_CHUNK_GIVING,   /* being given back: unpublished, deregistering */
 	RDMALLOC_CHUNK_GONE,     /* given back: no registration, no pages */
 	RDMALLOC_CHUNK_TAKING,   /* being registered again for a commit */
+	RDMALLOC_CHUNK_RELEASING, /* its heap is being destroyed */
 };
 
 /*
