@@ -3,7 +3,7 @@
  * stress.c - threads allocate, free, realloc and look up keys in several
  * heaps while PDs are attached and detached, a thread of its own creates,
  * fills and destroys heaps, and idle chunks come and go (a heap with a 1 ms
- * decay, rdma_malloc_trim() all the while), checking the invariants after
+ * decay, a thread of bursts freed and trimmed), checking the invariants after
  * every step, for a bounded time.  A plain program (not Criterion) so that it also runs under
  * ThreadSanitizer.  Uses the fake verbs backend.
  *
@@ -171,6 +171,43 @@ static void *heap_churner(void *argp)
 	return NULL;
 }
 
+/* Phases in a heap of its own (no other thread's free memory to reuse):
+ * a burst of blocks, all freed, given back; the next burst takes chunks
+ * back (registered again), while the workers look keys up in the other
+ * heaps and the PDs come and go. */
+static rdma_heap_t *phase_heap;
+
+static void *phaser(void *argp)
+{
+	atomic_int *stop = argp;
+	enum { N = 12 };
+	while (!atomic_load_explicit(stop, memory_order_relaxed)) {
+		void *b[N];
+		for (int i = 0; i < N; i++) {
+			errno = 0;
+			b[i] = rdma_heap_malloc(phase_heap, (size_t)(i % 3 + 1) << 20);
+			if (!b[i]) {
+				alloc_failed("allocation in a phase failed");
+				continue;
+			}
+			memset(b[i], 0x3c, 4096); /* only a page: TSan is slow */
+		}
+		for (int i = 0; i < N; i++) {
+			if (!b[i])
+				continue;
+			uint32_t lkey;
+			if (rdma_malloc_keys(b[i], (size_t)(i % 3 + 1) << 20, NULL, &lkey, NULL) != 0)
+				violation("no key for a block of a phase", b[i]);
+			for (size_t k = 0; k < 4096; k += 61)
+				if (((unsigned char *)b[i])[k] != 0x3c)
+					violation("contents of a phase's block changed under us", b[i]);
+			rdma_free(b[i]);
+		}
+		rdma_malloc_trim();
+	}
+	return NULL;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -200,7 +237,8 @@ int main(int argc, char **argv)
 	/* Its chunks are given back as soon as they are idle, and taken back. */
 	heaps[1] = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = 1 });
 	heaps[2] = rdma_heap_create(NULL);
-	if (!heaps[1] || !heaps[2]) {
+	phase_heap = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = 1 });
+	if (!heaps[1] || !heaps[2] || !phase_heap) {
 		perror("rdma_heap_create");
 		return 2;
 	}
@@ -213,8 +251,9 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, worker, &args[i]);
 	}
 	static atomic_int churn_stop;
-	pthread_t churn;
+	pthread_t churn, phases;
 	pthread_create(&churn, NULL, heap_churner, &churn_stop);
+	pthread_create(&phases, NULL, phaser, &churn_stop);
 	long attaches = 0, threads_spawned = 0;
 	double end = now() + seconds;
 	while (now() < end) {
@@ -238,6 +277,7 @@ int main(int argc, char **argv)
 		pthread_join(t[i], NULL);
 	atomic_store(&churn_stop, 1);
 	pthread_join(churn, NULL);
+	pthread_join(phases, NULL);
 	unsigned long injected = 0;
 #ifdef RDMALLOC_FAULT_INJECTION
 	rdmalloc_fault_disarm_all();
@@ -248,6 +288,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < HEAPS; i++)
 		if (rdma_heap_destroy(heaps[i]) != 0)
 			failed++;
+	if (rdma_heap_destroy(phase_heap) != 0)
+		failed++;
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 	rdma_malloc_stats_get(&st);
 	if (st.mrs != fake_live_mrs()) {
@@ -262,8 +304,8 @@ int main(int argc, char **argv)
 	       seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, atomic_load(&heap_cycles),
 	       (unsigned long long)st.chunks_given_back, (unsigned long long)st.chunks_taken_back, injected,
 	       atomic_load(&clean_failures), v);
-	if (!st.chunks_given_back) {
-		fprintf(stderr, "stress: no chunk was given back: the give-back paths went untried\n");
+	if (!st.chunks_given_back || !st.chunks_taken_back) {
+		fprintf(stderr, "stress: no chunk was given back or taken back: those paths went untried\n");
 		failed++;
 	}
 	if (v)
