@@ -124,7 +124,9 @@ size_t rdma_malloc_usable_size(const void *ptr);
  * an ibv_reg_mr() region the LD_PRELOAD drop-in answered from it.  When a
  * registration fails for want of memory (RLIMIT_MEMLOCK) or
  * RDMALLOC_MAX_REGISTERED, idle chunks are given back and it is tried once
- * more before the allocation fails.
+ * more; when the allocation fails all the same, every free page is given
+ * back as rdma_malloc_trim() does and the allocation is tried once more
+ * (counted in pressure_trims) before it fails with ENOMEM.
  */
 
 /**
@@ -520,7 +522,8 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(fallbacks, counter, "fallbacks taken (each also logged once)")         \
 	X(chunks_given_back, counter, "idle chunks deregistered and their pages given back") \
 	X(bytes_given_back, counter, "bytes of the chunks given back")             \
-	X(chunks_taken_back, counter, "given-back chunks registered again for reuse (new keys)")
+	X(chunks_taken_back, counter, "given-back chunks registered again for reuse (new keys)") \
+	X(pressure_trims, counter, "failed allocations that gave idle memory back and were tried again")
 
 #define RDMA_MALLOC_STATS_VERSION 1
 

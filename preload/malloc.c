@@ -156,6 +156,8 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
 	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
 	void *p = rdmalloc_mallocx(size ? size : 1, flags);
+	if (!p && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */
+		p = rdmalloc_mallocx(size ? size : 1, flags);
 	if (!p)
 		errno = ENOMEM;
 	return p;
@@ -163,8 +165,11 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 
 PRELOAD_API void *malloc(size_t size)
 {
-	if (likely(fast()))
-		return rdmalloc_auto_malloc(size);
+	if (likely(fast())) {
+		void *p = rdmalloc_auto_malloc(size);
+		if (likely(p != NULL))
+			return p;
+	}
 	return alloc_any(size, 0, 0);
 }
 
@@ -175,8 +180,11 @@ PRELOAD_API void *calloc(size_t n, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (likely(fast()))
-		return rdmalloc_auto_calloc(1, total);
+	if (likely(fast())) {
+		void *p = rdmalloc_auto_calloc(1, total);
+		if (likely(p != NULL))
+			return p;
+	}
 	return alloc_any(total, 0, 1);
 }
 
@@ -252,6 +260,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	if (likely(fast() && in_last_chunk(p))) { /* never inside a hook, never the nest's */
 		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
+		if (unlikely(!q) && rdmalloc_heaps_relieve())
+			q = rdmalloc_auto_realloc(p, size);
 		if (unlikely(!q))
 			errno = ENOMEM;
 		return q;
@@ -260,8 +270,12 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return realloc_moving(p, size);
 	struct rdmalloc_chunk *c = chunk_of(p);
 	if (c && c->heap == pheap) {
-		void *q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
-					 : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
+		int tries = 2;
+		void *q;
+		do /* once more after a relief of memory pressure */
+			q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
+					   : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
+		while (!q && --tries && rdmalloc_heaps_relieve());
 		if (!q)
 			errno = ENOMEM;
 		return q;

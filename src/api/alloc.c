@@ -28,6 +28,8 @@ static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
 {
 	int saved = errno;
 	void *p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
+	if (unlikely(!p) && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */
+		p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
 }
@@ -78,6 +80,8 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	}
 	int saved = errno;
 	void *q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
+	if (unlikely(!q) && rdmalloc_heaps_relieve())
+		q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
 }

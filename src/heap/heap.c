@@ -30,6 +30,7 @@
 #include "options.h"
 #include "addrmap.h"
 #include "counters.h"
+#include "tls.h"
 
 struct rdmalloc_heap {
 	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
@@ -427,6 +428,21 @@ size_t rdmalloc_heaps_trim(void)
 	rdmalloc_chunks_give_back(NULL);
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return (size_t)(atomic_load(&rdmalloc_counters.bytes_given_back) - before);
+}
+
+int rdmalloc_heaps_relieve(void)
+{
+	/* Inside a hook or a verbs call this thread may hold our locks or
+	 * jemalloc's: no trim there (the hooks give idle chunks back). */
+	if (rdmalloc_tl_in_verbs)
+		return 0;
+	size_t back = rdmalloc_heaps_trim();
+	if (!back)
+		return 0;
+	STAT_INC(pressure_trims);
+	rdmalloc_log_once(RDMALLOC_LOG_INFO, "an allocation failed: %zu bytes of idle chunks given back, "
+			  "tried once more (further ones are only counted in pressure_trims)", back);
+	return 1;
 }
 
 uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h)

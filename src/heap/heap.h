@@ -25,6 +25,10 @@ struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int fla
  * meanwhile (by any thread).
  * Takes the HEAP lock. */
 size_t rdmalloc_heaps_trim(void);
+/* An allocation failed (jemalloc returned NULL): give back what can be,
+ * as rdma_malloc_trim() does, unless this thread is inside a hook or a
+ * verbs call.  1 when something was given back: try once more. */
+int rdmalloc_heaps_relieve(void);
 /* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
  * default or the drop-in's) or EBUSY (a memory window on its memory).
  * Takes the HEAP then the PD lock. */

@@ -309,6 +309,40 @@ Test(giveback, pressure_gives_back_first, .init = NULL)
 	cr_assert_leq(st.chunk_bytes, 48 * MiB);
 }
 
+/* Under an 8 MiB limit, phases of 2 MiB live in blocks of a new size each
+ * time, without the program's trims and with the default decay (10 s:
+ * nothing decays during the test): a failed allocation gives back what
+ * jemalloc holds free, as rdma_malloc_trim() would, and is tried once
+ * more.  Without that relief phase 5 failed, with nothing live. */
+Test(giveback, pressure_relieves_failed_allocations, .init = NULL)
+{
+	setenv("RDMALLOC_MAX_REGISTERED", "8M", 1); /* the common RLIMIT_MEMLOCK of containers */
+	setenv("RDMALLOC_LOG_LEVEL", "error", 1);
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_default();
+	enum { MAXB = 1 << 14 };
+	static void *b[MAXB];
+	for (unsigned phase = 0; phase < 40; phase++) {
+		/* 2 MiB live in blocks of one size per phase, 16 KiB to 1 MiB */
+		size_t n = 0, bytes = 0, s = ((size_t)16 << 10) << (phase % 7);
+		s += (phase % 3) * 4096;
+		while (bytes < 2 * MiB) {
+			b[n] = rdma_heap_malloc(h, s);
+			cr_assert(b[n], "phase %u: allocation of %zu bytes with %zu live failed: %s", phase, s,
+				  bytes, strerror(errno));
+			memset(b[n], (int)phase, s);
+			bytes += s;
+			n++;
+		}
+		for (size_t i = 0; i < n; i++)
+			rdma_free(b[i]);
+	}
+	struct rdma_malloc_stats st = stats();
+	cr_log_info("%llu failed allocations relieved", (unsigned long long)st.pressure_trims);
+	cr_assert_gt(st.pressure_trims, 0, "the relief was never needed: the test tried nothing");
+	cr_assert_leq(st.chunk_bytes, 8 * MiB);
+}
+
 /* An ENOMEM from ibv_reg_mr (RLIMIT_MEMLOCK) gives idle chunks back (here
  * the one a heap kept) and tries once more. */
 Test(giveback, enomem_gives_back_and_retries)
