@@ -8,8 +8,9 @@
  *            requested live bytes reach --live
  *   steady   churn: free a random block and allocate a new random one, until
  *            --churn x --live more bytes were allocated (live stays ~--live)
- *   shrink   free three blocks in four (jemalloc keeps the chunks: rdmalloc
- *            never unmaps registered memory)
+ *   shrink   free three blocks in four
+ *   shrink-trim  then rdma_malloc_trim(): chunks left with no live block are
+ *            given back; a chunk with one live block stays registered
  * Chunk size and the rest come from the environment (RDMALLOC_CHUNK_MAX);
  * --chunk-max and --page-mode only label the rows.
  *
@@ -128,6 +129,8 @@ int main(int argc, char **argv)
 		}
 	}
 	row("shrink");
+	rdma_malloc_trim(); /* what can go back at the grain of a chunk */
+	row("shrink-trim");
 	for (size_t k = 0; k < used; k++)
 		rdma_free(slot[k]);
 	free(slot);
