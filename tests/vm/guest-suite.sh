@@ -23,6 +23,9 @@ run "real clients (ibv_rc_pingpong, perftest)" "$here/smoke.sh"
 run "allocation ABI at random under the drop-in" env LD_PRELOAD="$build/preload/librdmalloc-preload.so" \
 	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/abi_random" 300000 4
 run "real clients under the drop-in (elision)" "$build/tests/preload/guest-clients.sh" "$build"
+run "drop-in heap shrinking and growing between phases of RDMA traffic" env \
+	LD_PRELOAD="$build/preload/librdmalloc-preload.so" RDMALLOC_PRELOAD_ACCESS=LOCAL_WRITE,REMOTE_WRITE \
+	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/phases_traffic"
 # fork() while threads grow heaps, attach and detach a second PD, change a
 # heap's access and look keys up, with real registrations; API and drop-in.
 run "fork torture (API)" "$build/tests/preload/fork_torture" api 40
