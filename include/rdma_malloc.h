@@ -116,7 +116,9 @@ size_t rdma_malloc_usable_size(const void *ptr);
  * decay time (RDMALLOC_DECAY_MS, or rdma_heap_attr.decay_ms), the chunk is
  * deregistered from every PD and its pages go back to the system; the
  * smallest such chunk of each heap is kept registered, against growing and
- * shrinking around one chunk.  A lookup of an address in a given-back chunk
+ * shrinking around one chunk.  Decay runs as the heap is used (as in
+ * jemalloc, there is no background thread): a heap nobody allocates from
+ * keeps its chunks until rdma_malloc_trim().  A lookup of an address in a given-back chunk
  * fails with ENOENT, and its old keys are invalid: a peer's RDMA access
  * with them fails (remote access error) and changes no byte.  Memory
  * allocated there later has new keys.  Never given back: a chunk with an
@@ -134,7 +136,8 @@ size_t rdma_malloc_usable_size(const void *ptr);
  * kept ones too), after flushing the calling thread's caches and
  * decommitting every free page, without waiting for the decay time.  Other
  * threads' caches keep what they hold.
- * Return: the bytes of the chunks given back.
+ * Return: the bytes of chunks given back during the call (other threads'
+ * give-backs meanwhile included).
  */
 size_t rdma_malloc_trim(void);
 
@@ -246,7 +249,10 @@ struct rdma_heap_attr {
 	 * Milliseconds free pages stay registered before the chunks they
 	 * empty are given back: 0 for RDMALLOC_DECAY_MS (default 10000),
 	 * -1 for never (only rdma_malloc_trim() gives back), else 1 to
-	 * 1000000000.  Ignored by RDMA_HEAP_ODP heaps, which pin nothing.
+	 * 1000000000 (1 is as near "at once" as a heap can ask; the option
+	 * takes 0).  Ignored by RDMA_HEAP_ODP heaps, which pin nothing.
+	 * The struct grew by this field: a program built against a header
+	 * without it must be rebuilt.
 	 */
 	long decay_ms;
 };
@@ -408,8 +414,9 @@ int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, unsigned int fl
 
 /**
  * rdma_heap_key_generation - a counter bumped by every rdma_heap_set_access()
- * of @heap (NULL: default) that changed at least one key.  A program that
- * cached keys compares it with the value it saw when it sent them.
+ * of @heap (NULL: default) that changed at least one key, and by every
+ * chunk of the heap given back (its keys are gone).  A program that cached
+ * keys compares it with the value it saw when it sent them.
  */
 uint64_t rdma_heap_key_generation(const rdma_heap_t *heap);
 

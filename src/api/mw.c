@@ -14,7 +14,8 @@
  * type 1 revocation (a bind to zero length, for which some providers, rxe,
  * read the region's lkey) passes the very region of the bind.  The table
  * and the counts are guarded by the PD lock, which every deregistration of
- * a published region holds.
+ * a published region holds but a give-back's, and a window pins its chunk
+ * (rdmalloc_chunk_pin), which is then never given back.
  */
 #include "mw.h"
 

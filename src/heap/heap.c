@@ -35,7 +35,6 @@
 struct rdmalloc_heap {
 	extent_hooks_t hooks; /* first: a hook's self pointer is its heap */
 	struct rdmalloc_chunk_spec spec; /* access (rdma_heap_set_access, PD lock) and flags */
-	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation() */
 	unsigned index; /* in heaps[] and heap_store[] */
 	long decay_ms;  /* jemalloc's dirty_decay_ms of its arenas (-1: never) */
 	uint32_t gen; /* unique per heap lifetime, never 0 */
@@ -96,7 +95,7 @@ unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h)
 	return h->spec.flags;
 }
 
-const struct rdmalloc_chunk_spec *rdmalloc_heap_spec(const struct rdmalloc_heap *h)
+struct rdmalloc_chunk_spec *rdmalloc_heap_spec(struct rdmalloc_heap *h)
 {
 	return &h->spec;
 }
@@ -108,7 +107,7 @@ void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access)
 
 void rdmalloc_heap_bump_key_gen(struct rdmalloc_heap *h)
 {
-	atomic_fetch_add_explicit(&h->key_gen, 1, memory_order_release);
+	atomic_fetch_add_explicit(&h->spec.key_gen, 1, memory_order_release);
 }
 
 struct rdmalloc_heap *rdmalloc_heap_live(const rdma_heap_t *heap)
@@ -372,7 +371,8 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 		return EINVAL;
 	}
 	rdmalloc_lock(RDMALLOC_LOCK_PD); /* no attach/detach/window while chunks are released */
-	if (rdmalloc_chunks_have_windows(h)) { /* their owners free them first */
+	/* Windows and the drop-in's elided regions: their owners free them first. */
+	if (rdmalloc_chunks_have_windows(h) || rdmalloc_chunks_pinned(h)) {
 		rdmalloc_unlock(RDMALLOC_LOCK_PD);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EBUSY;
@@ -434,8 +434,9 @@ int rdmalloc_heaps_relieve(void)
 {
 	/* Inside a hook or a verbs call this thread may hold our locks or
 	 * jemalloc's: no trim there (the hooks give idle chunks back). */
-	if (rdmalloc_tl_in_verbs)
-		return 0;
+	if (rdmalloc_tl_in_verbs || !rdmalloc_tl_pressure)
+		return 0; /* not memory pressure (a huge request, say): nothing to relieve */
+	rdmalloc_tl_pressure = 0;
 	size_t back = rdmalloc_heaps_trim();
 	if (!back)
 		return 0;
@@ -447,5 +448,5 @@ int rdmalloc_heaps_relieve(void)
 
 uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h)
 {
-	return atomic_load_explicit(&h->key_gen, memory_order_acquire);
+	return atomic_load_explicit(&h->spec.key_gen, memory_order_acquire);
 }

@@ -25,9 +25,10 @@ struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int fla
  * meanwhile (by any thread).
  * Takes the HEAP lock. */
 size_t rdmalloc_heaps_trim(void);
-/* An allocation failed (jemalloc returned NULL): give back what can be,
- * as rdma_malloc_trim() does, unless this thread is inside a hook or a
- * verbs call.  1 when something was given back: try once more. */
+/* An allocation failed (jemalloc returned NULL): if a chunk was refused
+ * on this thread for want of memory since the last relief, give back what
+ * can be, as rdma_malloc_trim() does (not inside a hook or a verbs call).
+ * 1 when something was given back: try once more. */
 int rdmalloc_heaps_relieve(void);
 /* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
  * default or the drop-in's) or EBUSY (a memory window on its memory).
@@ -44,7 +45,7 @@ unsigned int rdmalloc_heap_implied_access(unsigned int flags, unsigned int acces
 /* RDMA_HEAP_* flags; fixed for the heap's life. */
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
 /* What the chunk layer reads of @h (chunk.h): its access and flags. */
-const struct rdmalloc_chunk_spec *rdmalloc_heap_spec(const struct rdmalloc_heap *h);
+struct rdmalloc_chunk_spec *rdmalloc_heap_spec(struct rdmalloc_heap *h);
 #define RDMALLOC_HEAP_FLAGS_ALL \
 	(RDMA_HEAP_HUGEPAGES | RDMA_HEAP_MW_BIND | RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT)
 #define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */

@@ -55,7 +55,7 @@ static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_
 	if (new_addr) /* growing in place at a given address: not ours to give */
 		return NULL;
 	struct rdmalloc_heap *h = rdmalloc_heap_of_hooks(self);
-	const struct rdmalloc_chunk_spec *spec = rdmalloc_heap_spec(h);
+	struct rdmalloc_chunk_spec *spec = rdmalloc_heap_spec(h);
 	/* Uncommitted when jemalloc lets us, so that it commits and decommits
 	 * the parts it uses and we learn when a chunk is idle. */
 	int committed = *commit || !spec->gives_back;

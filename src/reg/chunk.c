@@ -45,6 +45,7 @@
 #include "options.h"
 #include "os.h"
 #include "region.h"
+#include "tls.h"
 
 static struct rdmalloc_chunk *all_chunks; /* published chunks */
 static struct rdmalloc_chunk *free_descs; /* recycled descriptors */
@@ -145,6 +146,7 @@ static int hold(size_t want)
 
 static void log_limit(size_t size)
 {
+	rdmalloc_tl_pressure = 1;
 	STAT_INC(limit_refusals);
 	rdmalloc_log_once(RDMALLOC_LOG_WARN,
 			  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk, after idle chunks "
@@ -186,13 +188,17 @@ static int register_steady(struct rdmalloc_chunk *c, unsigned *used)
 	}
 }
 
-/* Registration failures that giving idle chunks back may cure. */
+/* Registration failures that giving idle chunks back may cure; the
+ * thread remembers (tls.h). */
 static int pressure(int err)
 {
-	return err == ENOMEM || err == EAGAIN;
+	int p = err == ENOMEM || err == EAGAIN;
+	if (p)
+		rdmalloc_tl_pressure = 1;
+	return p;
 }
 
-struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const struct rdmalloc_chunk_spec *spec,
+struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
 					     size_t size, size_t alignment, int committed)
 {
 	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
@@ -391,20 +397,29 @@ static size_t give_back(struct rdmalloc_chunk *c)
 	int failed = rdmalloc_region_deregister_all(c) != 0 || atomic_load(&c->dereg_failed);
 	int err = failed ? 0 : rdmalloc_os_dontneed((void *)c->base, c->map_size);
 	if (failed)
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) keeps its pages: deregistration failed",
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
+			     "while giving it back; its pages stay and are never used again",
 			     (void *)c->base, c->map_size);
 	else if (err) /* still ours: its old bytes are zeroed when committed */
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_DONTNEED) of a given-back chunk: %s",
 				  strerror(err));
 	rdmalloc_chunk_lock();
-	c->state = RDMALLOC_CHUNK_GONE;
-	c->stale = failed || err;
-	held_bytes -= c->map_size;
-	STAT_SUB(chunks, 1);
-	STAT_SUB(chunk_bytes, c->map_size);
-	rdmalloc_huge_count(c->page_kind, -1);
-	STAT_INC(chunks_given_back);
-	STAT_ADD(bytes_given_back, c->map_size);
+	if (failed) {
+		/* A region may still be valid: a peer's old rkey could reach
+		 * whatever jemalloc put there.  Counted as held, never taken back. */
+		c->state = RDMALLOC_CHUNK_QUARANTINED;
+	} else {
+		c->state = RDMALLOC_CHUNK_GONE;
+		c->stale = err != 0;
+		held_bytes -= c->map_size;
+		STAT_SUB(chunks, 1);
+		STAT_SUB(chunk_bytes, c->map_size);
+		rdmalloc_huge_count(c->page_kind, -1);
+		STAT_INC(chunks_given_back);
+		STAT_ADD(bytes_given_back, c->map_size);
+		/* Its keys are gone: a program that cached them can tell. */
+		atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
+	}
 	pd_users_release(used);
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a commit may wait for it */
 	rdmalloc_chunk_unlock();
@@ -484,6 +499,10 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 	struct rdmalloc_chunk *c = hooked(addr, len, "commit");
 	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
 		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	if (c->state == RDMALLOC_CHUNK_QUARANTINED) {
+		rdmalloc_chunk_unlock();
+		return ENOMEM; /* jemalloc uses other memory */
+	}
 	if (c->state == RDMALLOC_CHUNK_GONE) {
 		int held = hold(c->map_size);
 		if (!held) {
@@ -669,7 +688,13 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 		rdmalloc_chunk_lock();
 		walk_leave(c);
 		if (err) {
-			deregister_all_with((unsigned)s, pd);
+			/* Undo, and wait for give-backs that deregister from it
+			 * meanwhile: the caller may deallocate the PD next. */
+			do {
+				deregister_all_with((unsigned)s, pd);
+				while (pd_users[s])
+					rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+			} while (next_registered((unsigned)s, pd, 1));
 			pds_filling &= ~(1u << s);
 			rdmalloc_chunk_unlock();
 			return err;
@@ -697,9 +722,17 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 	reg_gen++;
 	/* Creators that saw the PD register again without it (reg_gen), and
 	 * undo what they registered with it; then they let go of it. */
-	while (pd_users[s])
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
-	int first = deregister_all_with((unsigned)s, pd);
+	int first = 0;
+	for (;;) {
+		/* Creators and give-backs that hold the PD let go of it. */
+		while (pd_users[s])
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		if (!next_registered((unsigned)s, pd, 1))
+			break;
+		int err = deregister_all_with((unsigned)s, pd);
+		if (err && !first)
+			first = err;
+	}
 	rdmalloc_chunk_unlock();
 	return first;
 }
@@ -713,6 +746,16 @@ int rdmalloc_chunks_have_windows(const struct rdmalloc_heap *heap)
 			busy |= c->reg[s].windows != 0;
 	rdmalloc_chunk_unlock();
 	return busy;
+}
+
+int rdmalloc_chunks_pinned(const struct rdmalloc_heap *heap)
+{
+	int pinned = 0;
+	rdmalloc_chunk_lock();
+	for (struct rdmalloc_chunk *c = all_chunks; c && !pinned; c = c->next)
+		pinned = c->heap == heap && c->pins;
+	rdmalloc_chunk_unlock();
+	return pinned;
 }
 
 size_t rdmalloc_chunks_count_regs(const struct rdmalloc_heap *heap)

@@ -19,8 +19,10 @@ struct rdmalloc_heap;
  * are one word, so a lookup never pairs the lkey of one region with the
  * rkey of another.  The struct ibv_mr itself is used only under the PD
  * lock, which every deregistration of a published region holds (detach,
- * access changes, heap destruction): a lookup may return keys that are
- * about to go, never a region that is gone.
+ * access changes, heap destruction), or on a pinned chunk (a window or an
+ * elided region: chunk.c never gives it back, the one deregistration that
+ * runs without the PD lock): a lookup may return keys that are about to
+ * go, never a region that is gone.
  */
 struct rdmalloc_reg {
 	_Atomic(struct ibv_pd *) pd;
@@ -50,6 +52,8 @@ struct rdmalloc_chunk_spec {
 	_Atomic unsigned int access; /* registration flags, implied bits included (written under the PD lock) */
 	unsigned int flags;          /* RDMA_HEAP_*, fixed */
 	int gives_back;              /* its idle chunks are given back (fixed): not ODP */
+	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation(): bumped by access changes
+					(heap layer) and by chunks given back (chunk layer) */
 };
 
 static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec *s)
@@ -69,6 +73,7 @@ enum rdmalloc_chunk_state {
 	RDMALLOC_CHUNK_GONE,     /* given back: no registration, no pages */
 	RDMALLOC_CHUNK_TAKING,   /* being registered again for a commit */
 	RDMALLOC_CHUNK_RELEASING, /* its heap is being destroyed */
+	RDMALLOC_CHUNK_QUARANTINED, /* a deregistration failed while giving it back: never used again */
 };
 
 /*
@@ -86,7 +91,7 @@ struct rdmalloc_chunk {
 	size_t map_size; /* mapped and registered: size rounded up to whole pages of page_kind */
 	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
 	struct rdmalloc_heap *heap;              /* its owner: only compared here */
-	const struct rdmalloc_chunk_spec *spec; /* its owner's flags */
+	struct rdmalloc_chunk_spec *spec; /* its owner's flags (the chunk layer writes key_gen only) */
 	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* reg[i]: with PD i of the PD table */
 	size_t destroyed;                             /* bytes handed back by the destroy hook */
 	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
@@ -117,7 +122,7 @@ void rdmalloc_chunk_unlock(void);
  * chunks back and trying once more): nothing is left behind.  Takes the
  * chunk lock.
  */
-struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, const struct rdmalloc_chunk_spec *spec,
+struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
 					     size_t size, size_t alignment, int committed);
 
 /* The destroy hook handed back [addr, addr+size): once a whole chunk has
@@ -171,6 +176,9 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd);
 int rdmalloc_chunks_detach(struct ibv_pd *pd);
 /* Whether a memory window is allocated on a region of @heap (PD lock). */
 int rdmalloc_chunks_have_windows(const struct rdmalloc_heap *heap);
+/* Whether a chunk of @heap is pinned (a window, or an elided region of the
+ * drop-in).  Takes the chunk lock. */
+int rdmalloc_chunks_pinned(const struct rdmalloc_heap *heap);
 /*
  * Re-register every registration of every chunk of @heap under @access
  * (the heap's access field must already say @access): in place, or (with

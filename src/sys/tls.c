@@ -3,3 +3,4 @@
 #include "tls.h"
 
 _Alignas(8) RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
+RDMALLOC_TLS int rdmalloc_tl_pressure;

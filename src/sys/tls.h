@@ -29,6 +29,10 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
  * drop-in treats a hook as a verbs call: its allocations go to the nest. */
 #define RDMALLOC_TL_IN_HOOK 0x10000
 #define rdmalloc_tl_in_hook (rdmalloc_tl.in_verbs >= RDMALLOC_TL_IN_HOOK)
+/* Set when a chunk was refused on this thread for want of memory (the
+ * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
+ * may give memory back and try again (heap.c, rdmalloc_heaps_relieve). */
+extern RDMALLOC_TLS int rdmalloc_tl_pressure;
 /* The drop-in's fast path reads both words at once: one TLS compare. */
 _Static_assert(sizeof(struct rdmalloc_tl_state) == sizeof(uint64_t) &&
 		       offsetof(struct rdmalloc_tl_state, bound) == 4,

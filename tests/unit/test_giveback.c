@@ -141,11 +141,13 @@ Test(giveback, reuse_registers_again_and_zeroes)
 		memset(p[i], 0xab, 1 * MiB);
 	}
 	void *pin = rdma_heap_malloc(h, 64); /* keeps the first chunk registered */
+	uint64_t gen = rdma_heap_key_generation(h);
 	for (int i = 0; i < N; i++)
 		rdma_free(p[i]);
 	rdma_malloc_trim();
 	struct rdma_malloc_stats before = stats();
 	cr_assert_gt(before.chunks_given_back, 0);
+	cr_assert_gt(rdma_heap_key_generation(h), gen, "keys went with the chunks: the generation must move");
 	for (int round = 0; round < 2; round++) {
 		for (int i = 0; i < N; i++) {
 			unsigned char *q = rdma_heap_calloc(h, 1, 1 * MiB);
