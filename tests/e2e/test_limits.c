@@ -10,6 +10,9 @@
  *    deregistrations really unpinned the pages, nothing leaked.
  *  - memlock_unlimited: the same process under an unlimited RLIMIT_MEMLOCK
  *    gets everything it asks for (2 heaps of 64 MiB in turn).
+ *  - memlock_phases: under 8 MiB, 40 phases of 2 MiB live in blocks of a
+ *    new size each (80 MiB allocated in all), every block's keys used by
+ *    the NIC: idle chunks go back, nothing is refused (issue 12).
  *  - many_threads_many_heaps: 128 threads at once, each with a heap of its
  *    own (127 at most exist: the last one is told EAGAIN) whose chunks are
  *    really registered, destroyed with blocks live;
@@ -163,11 +166,71 @@ static int limits_child(void)
 	return 0;
 }
 
+/* Phases under the limit (issue 12): 2 MiB live at a time in blocks of a
+ * new size each phase (16 KiB to 1 MiB), 40 phases, each block's keys
+ * used by the NIC, all freed; no trim by the program.  Over time the
+ * phases allocate many times the limit: idle chunks must go back. */
+static int phases_child(void)
+{
+	if (e2e_ipc_lock_effective()) {
+		printf("child: CAP_IPC_LOCK is effective (or unknown): the limit would not hold\n");
+		return 2;
+	}
+	struct e2e_pair pair;
+	memset(&pair, 0, sizeof(pair));
+	if (e2e_pair_open(&pair, NULL)) {
+		printf("child: cannot open a QP pair: %s\n", pair.err);
+		return 2;
+	}
+	src_mr = ibv_reg_mr(pair.pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+	if (!src_mr) {
+		printf("child: ibv_reg_mr of 4 KiB: %s\n", strerror(errno));
+		return 2;
+	}
+	static void *p[MAXBLOCKS];
+	size_t total = 0;
+	for (int phase = 0; phase < 40; phase++) {
+		size_t sz = ((size_t)16 << 10 << (phase % 7)) + (size_t)(phase % 3) * 4096, live = 0;
+		int n = 0;
+		while (live < 2 * MiB) {
+			errno = 0;
+			p[n] = rdma_malloc(sz);
+			if (!p[n])
+				return child_fail("%s: errno %ld, phase %ld", "allocation under the limit failed", errno,
+						  phase);
+			live += sz;
+			n++;
+		}
+		for (int k = 0; k < 2; k++) { /* the NIC writes the first and the last block */
+			uint8_t *dst = p[k ? n - 1 : 0];
+			memset(src, 0x30 + phase, sizeof(src));
+			uint32_t rkey = 0;
+			if (rdma_malloc_keys(dst, sizeof(src), NULL, NULL, &rkey))
+				return child_fail("%s: phase %ld, block %ld", "no keys", phase, k);
+			int st = e2e_post_write(&pair, src, sizeof(src), src_mr->lkey, (uintptr_t)dst, rkey, 1);
+			st = st ? E2E_ST_POST : e2e_wait(&pair, 0, NULL, E2E_WC_TIMEOUT_MS);
+			if (st != IBV_WC_SUCCESS || dst[0] != 0x30 + phase || dst[4095] != 0x30 + phase)
+				return child_fail("%s: status %ld, phase %ld", "RDMA WRITE into a block", st, phase);
+		}
+		for (int i = 0; i < n; i++)
+			rdma_free(p[i]);
+		total += live;
+	}
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	rdma_malloc_stats_get(&st);
+	printf("child: 40 phases, %zu MiB allocated in all; %llu registration failures, %llu chunks given "
+	       "back, %llu taken back, %llu allocations relieved\n",
+	       total >> 20, (unsigned long long)st.registration_failures, (unsigned long long)st.chunks_given_back,
+	       (unsigned long long)st.chunks_taken_back, (unsigned long long)st.pressure_trims);
+	e2e_pair_close(&pair);
+	return 0;
+}
+
 __attribute__((constructor)) static void limits_child_hook(void)
 {
 	const char *m = getenv(CHILD_ENV);
-	if (m && strcmp(m, "limits") == 0) {
-		int rc = limits_child();
+	if (m && (strcmp(m, "limits") == 0 || strcmp(m, "phases") == 0)) {
+		int rc = strcmp(m, "limits") == 0 ? limits_child() : phases_child();
 		fflush(stdout);
 		_exit(rc);
 	}
@@ -180,9 +243,9 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Run this executable as the child under RLIMIT_MEMLOCK @limit (without
- * CAP_IPC_LOCK); its exit status, its output in @out. */
-static int run_child(rlim_t limit, char *out, size_t outlen)
+/* Run this executable as the child @mode under RLIMIT_MEMLOCK @limit
+ * (without CAP_IPC_LOCK); its exit status, its output in @out. */
+static int run_child(const char *mode, rlim_t limit, char *out, size_t outlen)
 {
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -196,7 +259,7 @@ static int run_child(rlim_t limit, char *out, size_t outlen)
 		dup2(pfd[1], 1);
 		dup2(pfd[1], 2);
 		close(pfd[0]);
-		e2e_exec_memlock_child(exe, "limits", (unsigned long long)limit, 2);
+		e2e_exec_memlock_child(exe, mode, (unsigned long long)limit, 2);
 	}
 	close(pfd[1]);
 	size_t got = 0;
@@ -232,7 +295,7 @@ E2E_TEST(memlock_sweep, 600)
 	static const rlim_t limits[] = { 64 * KiB, 2 * MiB, 8 * MiB, 32 * MiB };
 	static char out[16384];
 	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
-		int rc = run_child(limits[i], out, sizeof(out));
+		int rc = run_child("limits", limits[i], out, sizeof(out));
 		cr_assert(rc == 0, "RLIMIT_MEMLOCK %llu KiB: the child failed (status %d); it said:\n%s",
 			  (unsigned long long)limits[i] >> 10, rc, out);
 		cr_log_info("RLIMIT_MEMLOCK %llu KiB:\n%s", (unsigned long long)limits[i] >> 10, out);
@@ -244,9 +307,20 @@ E2E_TEST(memlock_sweep, 600)
 E2E_TEST(memlock_unlimited, 300)
 {
 	static char out[16384];
-	int rc = run_child(RLIM_INFINITY, out, sizeof(out));
+	int rc = run_child("limits", RLIM_INFINITY, out, sizeof(out));
 	cr_assert(rc == 0, "RLIMIT_MEMLOCK unlimited: the child failed (status %d); it said:\n%s", rc, out);
 	cr_log_info("RLIMIT_MEMLOCK unlimited:\n%s", out);
+}
+
+/* Issue 12: under the common 8 MiB RLIMIT_MEMLOCK, phases whose live
+ * memory stays under the limit keep working although they allocate many
+ * times the limit over time. */
+E2E_TEST(memlock_phases, 300)
+{
+	static char out[16384];
+	int rc = run_child("phases", 8 * MiB, out, sizeof(out));
+	cr_assert(rc == 0, "RLIMIT_MEMLOCK 8 MiB, phases: the child failed (status %d); it said:\n%s", rc, out);
+	cr_log_info("RLIMIT_MEMLOCK 8 MiB, phases:\n%s", out);
 }
 
 /* ---------------------------------------------------------------- threads */
