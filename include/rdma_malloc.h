@@ -327,7 +327,9 @@ rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
  * be used again: a second destroy is refused with EINVAL only as long as no
  * new heap has taken its place.  The default heap (or NULL) is refused.
  * Return: 0, EINVAL, or EBUSY (a memory window is still allocated on its
- * memory: rdma_malloc_mw_free() it first; nothing is done).
+ * memory, or under the LD_PRELOAD drop-in a region the program registered
+ * on it with ibv_reg_mr() is not deregistered yet: rdma_malloc_mw_free()
+ * or ibv_dereg_mr() it first; nothing is done).
  */
 int rdma_heap_destroy(rdma_heap_t *heap);
 

@@ -148,9 +148,9 @@ void rdmalloc_chunk_decommit(void *addr, size_t len);
 size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap);
 /* Keep @c registered while a memory window or an elided region is on it:
  * 0, or ENOENT when it is not LIVE (given back, or going).  Chunk lock. */
-int rdmalloc_chunk_pin(struct rdmalloc_chunk *c);
+RDMALLOC_TESTABLE int rdmalloc_chunk_pin(struct rdmalloc_chunk *c);
 /* Undo one rdmalloc_chunk_pin(); an idle chunk may then be given back. */
-void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
+RDMALLOC_TESTABLE void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
 
 /* Release every chunk of @heap that is left (after arena destroy).  Returns
  * how many there were.  Takes the chunk lock. */

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "addrmap.h"
+#include "chunk.h"
 #include "fake_verbs.h"
 #include "heap.h"
 #include "rdma_malloc.h"
@@ -277,6 +279,29 @@ Test(giveback, window_pins_its_chunk, .init = NULL)
 	cr_assert_null(fake_find(fake_pd(0), buf), "the chunk stayed after its window went");
 	uint32_t lkey;
 	cr_assert_eq(rdma_malloc_keys(buf, 1, NULL, &lkey, NULL), ENOENT);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* A pinned chunk (what the drop-in's elision does for a program's own
+ * ibv_reg_mr): not given back with its memory freed, and its heap's
+ * destruction is refused with EBUSY until it is unpinned (before, a later
+ * unpin touched a recycled descriptor). */
+Test(giveback, pin_keeps_chunk_and_heap)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	char *buf = rdma_heap_malloc(h, 3 * MiB);
+	cr_assert(buf);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(buf);
+	cr_assert(c);
+	cr_assert_eq(rdmalloc_chunk_pin(c), 0);
+	rdma_free(buf);
+	rdma_malloc_trim();
+	cr_assert(fake_find(fake_pd(0), buf), "a pinned chunk was given back");
+	cr_assert_eq(rdma_heap_destroy(h), EBUSY);
+	rdmalloc_chunk_unpin(c);
+	rdma_malloc_trim();
+	cr_assert_null(fake_find(fake_pd(0), buf), "the chunk stayed after its pin went");
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
