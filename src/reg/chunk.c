@@ -385,28 +385,35 @@ static struct rdmalloc_chunk *choose_idle(const struct rdmalloc_heap *heap, int 
 }
 
 /* Give back @c, marked GIVING: its keys were unpublished by mark_giving;
- * deregister, return its pages.  No lock held.  Its bytes, or 0 when a
- * deregistration failed (the chunk then keeps its pages: the NIC may still
- * write them). */
+ * deregister, return its pages.  No lock held.  Its bytes, or 0 when it
+ * had to be quarantined. */
 static size_t give_back(struct rdmalloc_chunk *c)
 {
 	unsigned used = 0;
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
 		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed))
 			used |= 1u << s;
-	int failed = rdmalloc_region_deregister_all(c) != 0 || atomic_load(&c->dereg_failed);
-	int err = failed ? 0 : rdmalloc_os_dontneed((void *)c->base, c->map_size);
-	if (failed)
+	int failed = rdmalloc_region_deregister_all(c) != 0; /* dereg_failed stays: never unmapped */
+	/* Even when a deregistration failed: the region keeps its pages
+	 * pinned, but they leave the process, which gets fresh ones here, so
+	 * the old key reaches nothing of ours any more. */
+	int err = rdmalloc_os_dontneed((void *)c->base, c->map_size);
+	int quarantine = failed && err;
+	if (quarantine)
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
-			     "while giving it back; its pages stay and are never used again",
-			     (void *)c->base, c->map_size);
+			     "and its pages could not be cut off (%s); never used again",
+			     (void *)c->base, c->map_size, strerror(err));
+	else if (failed)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while giving it "
+			     "back; its old pages stay pinned, cut off from the process", (void *)c->base, c->map_size);
 	else if (err) /* still ours: its old bytes are zeroed when committed */
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_DONTNEED) of a given-back chunk: %s",
 				  strerror(err));
 	rdmalloc_chunk_lock();
-	if (failed) {
-		/* A region may still be valid: a peer's old rkey could reach
-		 * whatever jemalloc put there.  Counted as held, never taken back. */
+	if (quarantine) {
+		/* A region may still be valid and map these very pages: a
+		 * peer's old rkey would reach whatever jemalloc put there.
+		 * Counted as held, never committed again. */
 		c->state = RDMALLOC_CHUNK_QUARANTINED;
 	} else {
 		c->state = RDMALLOC_CHUNK_GONE;
@@ -423,7 +430,7 @@ static size_t give_back(struct rdmalloc_chunk *c)
 	pd_users_release(used);
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a commit may wait for it */
 	rdmalloc_chunk_unlock();
-	return failed ? 0 : c->map_size;
+	return quarantine ? 0 : c->map_size;
 }
 
 static size_t give_back_batch(struct rdmalloc_chunk *batch)

@@ -73,7 +73,7 @@ enum rdmalloc_chunk_state {
 	RDMALLOC_CHUNK_GONE,     /* given back: no registration, no pages */
 	RDMALLOC_CHUNK_TAKING,   /* being registered again for a commit */
 	RDMALLOC_CHUNK_RELEASING, /* its heap is being destroyed */
-	RDMALLOC_CHUNK_QUARANTINED, /* a deregistration failed while giving it back: never used again */
+	RDMALLOC_CHUNK_QUARANTINED, /* a deregistration failed and its pages stayed: never used again */
 };
 
 /*
