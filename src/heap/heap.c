@@ -167,6 +167,12 @@ uint64_t rdmalloc_heap_live_bytes(void)
 	return total;
 }
 
+/* The cache id in MALLOCX_TCACHE(id) (jemalloc encodes it as id + 2). */
+static unsigned tcache_id(int tcflag)
+{
+	return (unsigned)((tcflag >> 8) - 2);
+}
+
 /* tc_mutex held. */
 static void tcache_destroy_locked(unsigned tc)
 {
@@ -182,7 +188,7 @@ static void thread_exit(void *arg)
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		struct tl_cache *t = &tl[i];
 		if (t->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
-			unsigned tc = (unsigned)((t->tcflag >> 8) - 2);
+			unsigned tc = tcache_id(t->tcflag);
 			if (tc < TC_MAX && tc_owner[tc] == t->gen)
 				tcache_destroy_locked(tc);
 		}
@@ -371,8 +377,9 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 		return EINVAL;
 	}
 	rdmalloc_lock(RDMALLOC_LOCK_PD); /* no attach/detach/window while chunks are released */
-	/* Windows and the drop-in's elided regions: their owners free them first. */
-	if (rdmalloc_chunks_have_windows(h) || rdmalloc_chunks_pinned(h)) {
+	/* Windows and the drop-in's elided regions (both pin their chunk):
+	 * their owners free them first. */
+	if (rdmalloc_chunks_pinned(h)) {
 		rdmalloc_unlock(RDMALLOC_LOCK_PD);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		return EBUSY;
@@ -418,7 +425,7 @@ size_t rdmalloc_heaps_trim(void)
 		if (h) {
 			struct tl_cache *t = &tl[h->index];
 			if (t->gen == h->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
-				unsigned tc = (unsigned)((t->tcflag >> 8) - 2);
+				unsigned tc = tcache_id(t->tcflag);
 				je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
 			}
 			rdmalloc_heap_purge((rdma_heap_t *)h);

@@ -116,6 +116,30 @@ static void pd_users_release(unsigned used)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 }
 
+/* The PDs (indexes) @c is registered with.  Its owner's, or chunk lock. */
+static unsigned registered_pds(const struct rdmalloc_chunk *c)
+{
+	unsigned pds_of = 0;
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed))
+			pds_of |= 1u << s;
+	return pds_of;
+}
+
+/* @c enters (@delta 1) or leaves (-1) the stats of chunks held; held_bytes
+ * is hold()'s.  Chunk lock held. */
+static void count_held(const struct rdmalloc_chunk *c, int delta)
+{
+	if (delta > 0) {
+		STAT_INC(chunks);
+		STAT_ADD(chunk_bytes, c->map_size);
+	} else {
+		STAT_SUB(chunks, 1);
+		STAT_SUB(chunk_bytes, c->map_size);
+	}
+	rdmalloc_huge_count(c->page_kind, delta);
+}
+
 struct rdmalloc_chunk *rdmalloc_chunk_owning(const void *p)
 {
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_entry(p);
@@ -278,9 +302,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 	c->committed = committed ? size : 0;
 	c->fresh = !committed;
 	atomic_store_explicit(&c->live_size, size, memory_order_release);
-	STAT_INC(chunks);
-	STAT_ADD(chunk_bytes, map_size);
-	rdmalloc_huge_count(kind, 1);
+	count_held(c, 1);
 	pd_users_release(used);
 	rdmalloc_chunk_unlock();
 	return c;
@@ -335,9 +357,7 @@ static void release(struct rdmalloc_chunk *c)
 	}
 	rdmalloc_chunk_lock();
 	if (held) {
-		STAT_SUB(chunks, 1);
-		STAT_SUB(chunk_bytes, c->map_size);
-		rdmalloc_huge_count(c->page_kind, -1);
+		count_held(c, -1);
 		held_bytes -= c->map_size;
 	}
 	desc_free(c);
@@ -357,9 +377,9 @@ static void mark_giving(struct rdmalloc_chunk *c, struct rdmalloc_chunk **batch)
 {
 	c->state = RDMALLOC_CHUNK_GIVING;
 	atomic_store_explicit(&c->live_size, 0, memory_order_release); /* lookups: ENOENT from now */
+	unsigned used = registered_pds(c);
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed))
-			pd_users[s]++;
+		pd_users[s] += (used >> s) & 1;
 	c->giving_next = *batch;
 	*batch = c;
 }
@@ -389,10 +409,7 @@ static struct rdmalloc_chunk *choose_idle(const struct rdmalloc_heap *heap, int 
  * had to be quarantined. */
 static size_t give_back(struct rdmalloc_chunk *c)
 {
-	unsigned used = 0;
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed))
-			used |= 1u << s;
+	unsigned used = registered_pds(c); /* what mark_giving counted */
 	int failed = rdmalloc_region_deregister_all(c) != 0; /* dereg_failed stays: never unmapped */
 	/* Even when a deregistration failed: the region keeps its pages
 	 * pinned, but they leave the process, which gets fresh ones here, so
@@ -419,9 +436,7 @@ static size_t give_back(struct rdmalloc_chunk *c)
 		c->state = RDMALLOC_CHUNK_GONE;
 		c->stale = err != 0;
 		held_bytes -= c->map_size;
-		STAT_SUB(chunks, 1);
-		STAT_SUB(chunk_bytes, c->map_size);
-		rdmalloc_huge_count(c->page_kind, -1);
+		count_held(c, -1);
 		STAT_INC(chunks_given_back);
 		STAT_ADD(bytes_given_back, c->map_size);
 		/* Its keys are gone: a program that cached them can tell. */
@@ -492,10 +507,8 @@ static int take_back(struct rdmalloc_chunk *c)
 	}
 	c->state = RDMALLOC_CHUNK_LIVE;
 	atomic_store_explicit(&c->live_size, c->size, memory_order_release);
-	STAT_INC(chunks);
-	STAT_ADD(chunk_bytes, c->map_size);
+	count_held(c, 1);
 	STAT_INC(chunks_taken_back);
-	rdmalloc_huge_count(c->page_kind, 1);
 	pd_users_release(used);
 	return 0;
 }
@@ -504,41 +517,38 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = hooked(addr, len, "commit");
-	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	/* Settled (not being given or taken back by another thread), and a
+	 * given-back one held under the limit: idle chunks go first, once. */
+	for (int relieved = 0;; relieved = 1) {
+		while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		if (c->state != RDMALLOC_CHUNK_GONE || hold(c->map_size))
+			break;
+		rdmalloc_chunk_unlock();
+		if (relieved) {
+			log_limit(c->size);
+			return ENOMEM;
+		}
+		give_back_idle(NULL, 0);
+		rdmalloc_chunk_lock();
+	}
 	if (c->state == RDMALLOC_CHUNK_QUARANTINED) {
 		rdmalloc_chunk_unlock();
 		return ENOMEM; /* jemalloc uses other memory */
 	}
 	if (c->state == RDMALLOC_CHUNK_GONE) {
-		int held = hold(c->map_size);
-		if (!held) {
-			rdmalloc_chunk_unlock();
-			give_back_idle(NULL, 0);
+		c->state = RDMALLOC_CHUNK_TAKING;
+		rdmalloc_chunk_unlock();
+		int err = take_back(c); /* returns with the lock on success */
+		if (err) {
 			rdmalloc_chunk_lock();
-			/* Another commit may have taken it back meanwhile. */
-			while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
-				rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
-			held = c->state != RDMALLOC_CHUNK_GONE || hold(c->map_size);
+			c->state = RDMALLOC_CHUNK_GONE;
+			held_bytes -= c->map_size;
 		}
-		if (!held) {
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+		if (err) {
 			rdmalloc_chunk_unlock();
-			log_limit(c->size);
-			return ENOMEM;
-		}
-		if (c->state == RDMALLOC_CHUNK_GONE) {
-			c->state = RDMALLOC_CHUNK_TAKING;
-			rdmalloc_chunk_unlock();
-			int err = take_back(c); /* returns with the lock on success */
-			if (err) {
-				rdmalloc_chunk_lock();
-				c->state = RDMALLOC_CHUNK_GONE;
-				held_bytes -= c->map_size;
-				rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
-				rdmalloc_chunk_unlock();
-				return err;
-			}
-			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+			return err;
 		}
 	}
 	c->committed += len;
@@ -661,6 +671,24 @@ static int deregister_all_with(unsigned i, struct ibv_pd *pd)
 	return first;
 }
 
+/* Deregister every chunk from @pd (index @i) until no LIVE chunk and no
+ * other thread (a creator, a give-back) holds it any more: the caller may
+ * deallocate it next.  Chunk lock held (waited on).  The first errno of a
+ * failed deregistration. */
+static int let_go_of(unsigned i, struct ibv_pd *pd)
+{
+	int first = 0;
+	for (;;) {
+		while (pd_users[i])
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		if (!next_registered(i, pd, 1))
+			return first;
+		int err = deregister_all_with(i, pd);
+		if (err && !first)
+			first = err;
+	}
+}
+
 int rdmalloc_chunks_attach(struct ibv_pd *pd)
 {
 	rdmalloc_chunk_lock();
@@ -695,13 +723,7 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 		rdmalloc_chunk_lock();
 		walk_leave(c);
 		if (err) {
-			/* Undo, and wait for give-backs that deregister from it
-			 * meanwhile: the caller may deallocate the PD next. */
-			do {
-				deregister_all_with((unsigned)s, pd);
-				while (pd_users[s])
-					rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
-			} while (next_registered((unsigned)s, pd, 1));
+			let_go_of((unsigned)s, pd); /* undo: the caller may deallocate the PD next */
 			pds_filling &= ~(1u << s);
 			rdmalloc_chunk_unlock();
 			return err;
@@ -729,17 +751,7 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 	reg_gen++;
 	/* Creators that saw the PD register again without it (reg_gen), and
 	 * undo what they registered with it; then they let go of it. */
-	int first = 0;
-	for (;;) {
-		/* Creators and give-backs that hold the PD let go of it. */
-		while (pd_users[s])
-			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
-		if (!next_registered((unsigned)s, pd, 1))
-			break;
-		int err = deregister_all_with((unsigned)s, pd);
-		if (err && !first)
-			first = err;
-	}
+	int first = let_go_of((unsigned)s, pd);
 	rdmalloc_chunk_unlock();
 	return first;
 }
@@ -865,11 +877,8 @@ void rdmalloc_chunks_forget_registrations(void)
 		/* A give-back or take-back the parent was in the middle of is
 		 * not the child's to finish: the chunk is left given back, its
 		 * bytes whatever they are (zeroed when committed). */
-		if (c->state == RDMALLOC_CHUNK_GIVING) {
-			STAT_SUB(chunks, 1);
-			STAT_SUB(chunk_bytes, c->map_size);
-			rdmalloc_huge_count(c->page_kind, -1);
-		}
+		if (c->state == RDMALLOC_CHUNK_GIVING)
+			count_held(c, -1);
 		if (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING) {
 			c->state = RDMALLOC_CHUNK_GONE;
 			c->stale = 1;
