@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * common.h - small helpers shared by the benchmark programs: a monotonic
- * clock, a seeded random generator, option parsing, progress on stderr.
+ * clock, a seeded random generator, option parsing, progress on stderr,
+ * the process's resident size.
  *
  * Every program writes its raw results as CSV rows on stdout (one header
  * line first) and progress on stderr; bench/run collects both.
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static inline uint64_t bench_now_ns(void)
 {
@@ -145,6 +147,19 @@ static inline double bench_opt_double(int argc, char **argv, const char *name, d
 {
 	const char *v = bench_opt(argc, argv, name, NULL);
 	return v ? strtod(v, NULL) : def;
+}
+
+/* The process's resident bytes (/proc/self/statm), 0 if unreadable. */
+static inline size_t bench_rss_bytes(void)
+{
+	long pages = 0, rss = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+			rss = 0;
+		fclose(f);
+	}
+	return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
 }
 
 #endif

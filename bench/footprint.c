@@ -21,7 +21,6 @@
  *       [--churn 4] [--env LABEL] [--chunk-max LABEL] [--page-mode LABEL]
  *       [--header]
  */
-#include <unistd.h>
 
 #include "common.h"
 #include "rdma_malloc.h"
@@ -34,18 +33,6 @@
 static const char *env_label, *chunk_label, *page_label;
 static size_t live_req, alloc_total;
 
-static size_t rss_bytes(void)
-{
-	long pages = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
-			rss = 0;
-		fclose(f);
-	}
-	return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static void row(const char *phase)
 {
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
@@ -54,7 +41,7 @@ static void row(const char *phase)
 	printf("%s,%s,%s,%s,%zu,%llu,%llu,%llu,%zu,%llu,%llu,%llu,%zu\n", env_label, chunk_label,
 	       page_label, phase, live_req, (unsigned long long)st.live_bytes,
 	       (unsigned long long)st.registered_bytes, (unsigned long long)st.chunk_bytes,
-	       rss_bytes(), (unsigned long long)st.mrs, (unsigned long long)st.chunks,
+	       bench_rss_bytes(), (unsigned long long)st.mrs, (unsigned long long)st.chunks,
 	       (unsigned long long)st.registrations, alloc_total);
 	fflush(stdout);
 }

@@ -22,7 +22,6 @@
  */
 #include <dlfcn.h>
 #include <malloc.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "rdma_malloc.h"
@@ -35,18 +34,6 @@
 static const char *env_label, *alloc_label;
 static int plain;
 static size_t asked; /* bytes the program holds, by its own count */
-
-static size_t rss_bytes(void)
-{
-	long pages = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
-			rss = 0;
-		fclose(f);
-	}
-	return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
-}
 
 static void *get(size_t n)
 {
@@ -94,8 +81,8 @@ static void row(const char *step)
 		live = st.live_bytes, held = st.chunk_bytes, regs = st.registrations;
 		back = st.chunks_given_back;
 	}
-	printf("%s,%s,%s,%llu,%llu,%zu,%llu,%llu\n", env_label, alloc_label, step, live, held, rss_bytes(), regs,
-	       back);
+	printf("%s,%s,%s,%llu,%llu,%zu,%llu,%llu\n", env_label, alloc_label, step, live, held,
+	       bench_rss_bytes(), regs, back);
 	fflush(stdout);
 }
 

@@ -102,30 +102,40 @@ static int fill_once(struct e2e_pair *pair, size_t want, int round)
 	return n;
 }
 
+/* What every child under a limit needs: CAP_IPC_LOCK gone (else the limit
+ * would not hold), a QP pair, and src registered before the heap takes
+ * the rest of the limit.  0, or 2 (set-up failed) after saying why. */
+static int child_setup(struct e2e_pair *pair)
+{
+	if (e2e_ipc_lock_effective()) {
+		printf("child: CAP_IPC_LOCK is effective (or unknown): the limit would not hold\n");
+		return 2;
+	}
+	memset(pair, 0, sizeof(*pair));
+	if (e2e_pair_open(pair, NULL)) {
+		printf("child: cannot open a QP pair: %s\n", pair->err);
+		return 2;
+	}
+	src_mr = ibv_reg_mr(pair->pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+	if (!src_mr) {
+		printf("child: ibv_reg_mr of 4 KiB: %s\n", strerror(errno));
+		return 2;
+	}
+	return 0;
+}
+
 static int limits_child(void)
 {
 	struct rlimit rl;
 	getrlimit(RLIMIT_MEMLOCK, &rl);
 	int unlimited = rl.rlim_cur == RLIM_INFINITY;
-	int capped = e2e_ipc_lock_effective();
 	printf("child: uid %u, CAP_IPC_LOCK %s, RLIMIT_MEMLOCK %s%llu\n", (unsigned)getuid(),
-	       capped ? "effective" : "dropped", unlimited ? "unlimited " : "", (unsigned long long)rl.rlim_cur);
-	if (capped) {
-		printf("child: CAP_IPC_LOCK is effective (or unknown): the limit would not hold\n");
-		return 2;
-	}
+	       e2e_ipc_lock_effective() ? "effective" : "dropped", unlimited ? "unlimited " : "",
+	       (unsigned long long)rl.rlim_cur);
 	struct e2e_pair pair;
-	memset(&pair, 0, sizeof(pair));
-	int err = e2e_pair_open(&pair, NULL);
-	if (err) {
-		printf("child: cannot open a QP pair: %s\n", pair.err);
-		return 2;
-	}
-	src_mr = ibv_reg_mr(pair.pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
-	if (!src_mr) {
-		printf("child: ibv_reg_mr of 4 KiB: %s\n", strerror(errno));
-		return 2;
-	}
+	int setup = child_setup(&pair);
+	if (setup)
+		return setup;
 	if (unlimited) {
 		/* Two heaps one after another, 64 MiB each: nothing is refused. */
 		int got = 0;
@@ -172,21 +182,10 @@ static int limits_child(void)
  * phases allocate many times the limit: idle chunks must go back. */
 static int phases_child(void)
 {
-	if (e2e_ipc_lock_effective()) {
-		printf("child: CAP_IPC_LOCK is effective (or unknown): the limit would not hold\n");
-		return 2;
-	}
 	struct e2e_pair pair;
-	memset(&pair, 0, sizeof(pair));
-	if (e2e_pair_open(&pair, NULL)) {
-		printf("child: cannot open a QP pair: %s\n", pair.err);
-		return 2;
-	}
-	src_mr = ibv_reg_mr(pair.pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
-	if (!src_mr) {
-		printf("child: ibv_reg_mr of 4 KiB: %s\n", strerror(errno));
-		return 2;
-	}
+	int setup = child_setup(&pair);
+	if (setup)
+		return setup;
 	static void *p[MAXBLOCKS];
 	size_t total = 0;
 	for (int phase = 0; phase < 40; phase++) {

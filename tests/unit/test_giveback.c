@@ -80,6 +80,16 @@ static size_t fill(rdma_heap_t *h, void **p, size_t max, size_t total, unsigned 
 	return n;
 }
 
+/* About @total bytes of blocks of every size allocated in @h and freed. */
+static void burst(rdma_heap_t *h, size_t total)
+{
+	enum { MAXB = 1 << 14 };
+	static void *b[MAXB];
+	size_t n = fill(h, b, MAXB, total, 3);
+	for (size_t i = 0; i < n; i++)
+		rdma_free(b[i]);
+}
+
 /* The phase workload of the issue: 64 MiB long-lived, then bursts of
  * 400 MiB allocated and freed; after rdma_malloc_trim() the chunks held
  * are at most 1.5 times the live bytes, every region left is of a chunk
@@ -180,11 +190,7 @@ Test(giveback, decay_gives_back)
 {
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 20 });
 	cr_assert(h);
-	enum { MAXB = 1 << 14 };
-	static void *b[MAXB];
-	size_t n = fill(h, b, MAXB, 100 * MiB, 3);
-	for (size_t i = 0; i < n; i++)
-		rdma_free(b[i]);
+	burst(h, 100 * MiB);
 	for (int i = 0; i < 100 && stats().chunks_given_back == 0; i++) {
 		sleep_ms(20);
 		tick(h);
@@ -198,11 +204,7 @@ Test(giveback, never_until_trim)
 {
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
 	cr_assert(h);
-	enum { MAXB = 1 << 14 };
-	static void *b[MAXB];
-	size_t n = fill(h, b, MAXB, 100 * MiB, 3);
-	for (size_t i = 0; i < n; i++)
-		rdma_free(b[i]);
+	burst(h, 100 * MiB);
 	sleep_ms(100);
 	for (int k = 0; k < 10; k++)
 		tick(h);
