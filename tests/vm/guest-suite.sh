@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs inside the Soft-RoCE guest (tools/rdmalloc-vm): the end-to-end RDMA
-# suite, then real clients nobody on this project wrote.
+# Runs inside the Soft-RoCE guest (tools/rdmalloc-vm --hosts 2): the
+# end-to-end RDMA suite, then real clients and engines nobody on this
+# project wrote.
 #   guest-suite.sh BUILD_DIR
 set -uo pipefail
 build=${1:?usage: guest-suite.sh BUILD_DIR}
@@ -31,5 +32,9 @@ run "drop-in heap shrinking and growing between phases of RDMA traffic" env \
 run "fork torture (API)" "$build/tests/preload/fork_torture" api 40
 run "fork torture (drop-in)" env LD_PRELOAD="$build/preload/librdmalloc-preload.so" \
 	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/fork_torture" malloc 40
+# The engines RDMA users run (UCX, Open MPI, MPICH, libfabric, rdma_cm),
+# between the guest's two hosts (tools/rdmalloc-vm --hosts 2), plain and
+# under the drop-in.
+run "engines between two hosts, plain and under the drop-in" "$build/tests/middleware/run.sh" "$build"
 echo "guest: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The engines RDMA users run, between the two hosts of the Soft-RoCE guest
+# (tools/rdmalloc-vm --hosts 2: host N is rxeN at 10.77.0.N, the traffic
+# crosses a veth pair), each plain, under the drop-in, and under the drop-in
+# with a remote-access heap (so the engine's own registrations of malloc'ed
+# memory are elided); the MPIs also with that heap giving idle chunks back at
+# once (RDMALLOC_DECAY_MS=0), which must give some back.  Every pair must pass, data checked where the program
+# can (mpi_check, rping -V, fi_pingpong -c) and by its own verdict otherwise;
+# under the remote-access heap, the engines below marked "elides" must have
+# elided_registrations >= 1 in every process.  One line per process records
+# the counts:  # counts NAME MODE SIDE elided=E passthrough=P
+#   run.sh BUILD_DIR [NAME-GLOB]
+set -uo pipefail
+
+build=$(cd "${1:?usage: run.sh BUILD_DIR [NAME-GLOB]}" && pwd)
+only=${2:-*}
+here=$(cd "$(dirname "$0")" && pwd)
+client_timeout=${MIDDLEWARE_CLIENT_TIMEOUT:-120}
+rdmalloc=$here/../preload/rdmalloc
+export RDMALLOC_PRELOAD_LIB=$build/preload/librdmalloc-preload.so
+. "$here/../vm/pairs.sh"
+
+REMOTE=LOCAL_WRITE,REMOTE_WRITE,REMOTE_READ,REMOTE_ATOMIC
+# What the engines need on rxe: UCX's RC and UD transports over verbs (its
+# UD checks of Ethernet GIDs fail on rxe); MPICH would otherwise move data
+# between ranks of one machine through shared memory, not the NIC;
+# libfabric's rxm sizes a CQ from the universe size, beyond rxe's limit.
+export UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_ETH_DGID_CHECK=n
+export MPIR_CVAR_NOLOCAL=1 FI_UNIVERSE_SIZE=16
+export OMPI_MCA_btl=^openib OMPI_MCA_pml=ucx OMPI_MCA_osc=ucx
+
+# on_host N MODE CMD...: CMD as a process of host N, in MODE (plain,
+# dropin, remote), its stats (drop-in) as one JSON line on stderr.
+on_host() {
+	local n=$1 mode=$2
+	shift 2
+	local w=()
+	case $mode in
+	dropin) w=("$rdmalloc" run --json --device "rxe$n" --) ;;
+	remote) w=("$rdmalloc" run --json --device "rxe$n" --access "$REMOTE" --) ;;
+	giveback) w=(env RDMALLOC_DECAY_MS=0 "$rdmalloc" run --json --device "rxe$n" --access "$REMOTE" --) ;;
+	esac
+	UCX_NET_DEVICES=rxe$n:1 exec "${w[@]}" "$@"
+}
+export -f on_host
+export rdmalloc REMOTE
+
+# field_of FILE FIELD: the field of the last JSON stats line in FILE, or -1.
+field_of() {
+	grep -o '{"version": .*' "$1" | tail -n 1 | grep -o "\"$2\": [0-9]*" | awk '{print $2}' | grep . || echo -1
+}
+
+# counts NAME MODE SIDE ERRFILE ELIDES: record the counts; under the
+# remote-access heap an engine that elides must show it.
+counts() {
+	local name=$1 mode=$2 side=$3 f=$4 elides=$5 e p
+	[[ $mode == plain ]] && return 0
+	e=$(field_of "$f" elided_registrations)
+	p=$(field_of "$f" passthrough_registrations)
+	echo "# counts $name $mode $side elided=$e passthrough=$p held_bytes=$(field_of "$f" chunk_bytes)" \
+		"live_bytes=$(field_of "$f" live_bytes) given_back=$(field_of "$f" chunks_given_back)"
+	if ((e < 0)); then
+		fail "$name $mode $side: no stats line (the drop-in was not loaded?)" "$f"
+	elif [[ $mode != dropin && $elides == elides ]] && ((e < 1)); then
+		fail "$name $mode $side: elided_registrations = $e, want >= 1" "$f"
+	elif [[ $mode == giveback ]] && (($(field_of "$f" chunks_given_back) < 1)); then
+		fail "$name $mode $side: nothing given back with RDMALLOC_DECAY_MS=0" "$f"
+	fi
+}
+
+# pair NAME ELIDES WAIT 'SERVER-ARGS' 'CLIENT-ARGS': the server on host 2,
+# the client on host 1, in each mode.  WAIT: tcp:PORT (wait until it
+# listens) or a number of seconds.  Both must exit 0; a client refused
+# because the server is not yet up is run again.
+pair() {
+	local name=$1 elides=$2 wait=$3 sargs=$4 cargs=$5 mode rc src i
+	[[ $name == $only ]] || return 0
+	for mode in $modes; do
+		local tag=$name.$mode slog=$logdir/$name.$mode.server clog=$logdir/$name.$mode.client
+		# shellcheck disable=SC2086 # the args are word lists
+		timeout $((client_timeout + 30)) bash -c 'on_host 2 "$@"' _ "$mode" $sargs >"$slog" 2>"$slog.err" &
+		local spid=$!
+		if [[ $wait == tcp:* ]]; then
+			for ((i = 0; i < 60; i++)); do
+				listening "${wait#tcp:}" && break
+				kill -0 "$spid" 2>/dev/null || break
+				sleep 0.5
+			done
+		else
+			sleep "$wait"
+		fi
+		for i in 1 2 3 4 5; do
+			# shellcheck disable=SC2086
+			timeout "$client_timeout" bash -c 'on_host 1 "$@"' _ "$mode" $cargs >"$clog" 2>"$clog.err"
+			rc=$?
+			((rc == 0)) && break
+			kill -0 "$spid" 2>/dev/null || break
+			sleep 2
+		done
+		if ((rc == 0)); then
+			wait "$spid"
+			src=$?
+		else
+			kill "$spid" 2>/dev/null
+			wait "$spid"
+			src=$?
+		fi
+		if ((rc == 0 && src == 0)); then
+			ok "$tag"
+			# ucx_perftest's final row, for the record (doc/mpi.md)
+			grep -h 'Final:' "$clog" | tail -n 1 | sed "s/^/# result $tag /"
+			counts "$name" "$mode" server "$slog.err" "$elides"
+			counts "$name" "$mode" client "$clog.err" "$elides"
+		else
+			fail "$tag (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
+		fi
+	done
+}
+
+# mpi NAME ELIDES LAUNCHER...: two ranks, rank R a process of host R+1
+# (tests/middleware/rank.sh), each checking every byte (mpi_check).
+mpi() {
+	local name=$1 elides=$2 exe=$3 mode rc r
+	shift 3
+	[[ $name == $only ]] || return 0
+	if [[ ! -x $exe ]]; then
+		fail "$name: $exe not built"
+		return
+	fi
+	for mode in $modes; do
+		local log=$logdir/$name.$mode
+		timeout $((client_timeout * 2)) "$@" "$here/rank.sh" "$mode" "$log" "$exe" 2 >"$log.out" 2>"$log.err"
+		rc=$?
+		if ((rc == 0)) && grep -q "one-sided ok" "$log.out"; then
+			ok "$name.$mode"
+			grep -h '^mpi_check' "$log.out" | sed 's/^/#   /'
+			for r in 0 1; do counts "$name" "$mode" "rank$r" "$log.rank$r.err" "$elides"; done
+		else
+			fail "$name.$mode (exit $rc)" "$log.out" "$log.err" "$log.rank0.err" "$log.rank1.err"
+		fi
+	done
+}
+
+# Each engine runs in these modes; the engines that free most of what they
+# allocate at start (UCX's pools) also with RDMALLOC_DECAY_MS=0 and the
+# remote-access heap ("giveback"): idle chunks must be given back.
+modes="plain dropin remote"
+if [[ -z ${RDMALLOC_VM_HOSTS:-} ]]; then
+	echo "# needs the guest's two hosts: tools/rdmalloc-vm --hosts 2 -- $0 $build"
+	exit 77
+fi
+device_up rxe1
+device_up rxe2
+
+for t in tag_lat:8 tag_bw:65536 ucp_put_bw:65536 ucp_get:65536 ucp_add:8; do
+	pair "ucx_perftest-${t%:*}" elides tcp:13337 "ucx_perftest -p 13337" \
+		"ucx_perftest 10.77.0.2 -p 13337 -t ${t%:*} -s ${t#*:} -n 1000 -w 50"
+done
+modes="plain dropin remote giveback"
+mpi openmpi-ucx elides "$build/tests/middleware/mpi_check_openmpi" \
+	mpirun.openmpi --allow-run-as-root --oversubscribe -n 2
+mpi mpich-ucx elides "$build/tests/middleware/mpi_check_mpich" mpiexec.mpich -launcher fork -n 2
+modes="plain dropin remote"
+pair fi_pingpong-msg elides tcp:47592 "fi_pingpong -p verbs -e msg -d rxe2 -I 100 -c" \
+	"fi_pingpong -p verbs -e msg -d rxe1 -I 100 -c 10.77.0.2"
+pair fi_pingpong-rdm elides tcp:47592 "fi_pingpong -p verbs;ofi_rxm -e rdm -d rxe2 -I 100 -c" \
+	"fi_pingpong -p verbs;ofi_rxm -e rdm -d rxe1 -I 100 -c 10.77.0.2"
+pair rping elides 2 "rping -s -a 10.77.0.2 -C 50 -S 4096 -V" "rping -c -a 10.77.0.2 -I 10.77.0.1 -C 50 -S 4096 -V"
+pair ucmatose elides 2 "ucmatose -b 10.77.0.2 -C 100 -S 4096" "ucmatose -s 10.77.0.2 -b 10.77.0.1 -C 100 -S 4096"
+finish
