@@ -59,23 +59,23 @@ static bool gid_is_loopback(const union ibv_gid *g)
 
 /* GID index 1 if it is IPv4-mapped, else the first 127.x mapped GID, else
  * the first IPv4-mapped one. */
-static int find_gid(struct e2e_pair *p, int tbl_len)
+static int find_gid(struct e2e_pair *p, struct e2e_end *e, int tbl_len)
 {
 	union ibv_gid g;
-	if (tbl_len > 1 && ibv_query_gid(p->ctx, p->port, 1, &g) == 0 && gid_is_v4_mapped(&g)) {
-		p->gid_index = 1;
-		p->gid = g;
+	if (tbl_len > 1 && ibv_query_gid(e->ctx, e->port, 1, &g) == 0 && gid_is_v4_mapped(&g)) {
+		e->gid_index = 1;
+		e->gid = g;
 		return 0;
 	}
 	int any = -1;
 	union ibv_gid any_gid;
 	memset(&any_gid, 0, sizeof(any_gid));
 	for (int i = 0; i < tbl_len; i++) {
-		if (ibv_query_gid(p->ctx, p->port, i, &g))
+		if (ibv_query_gid(e->ctx, e->port, i, &g))
 			continue;
 		if (gid_is_loopback(&g)) {
-			p->gid_index = i;
-			p->gid = g;
+			e->gid_index = i;
+			e->gid = g;
 			return 0;
 		}
 		if (any < 0 && gid_is_v4_mapped(&g)) {
@@ -84,12 +84,20 @@ static int find_gid(struct e2e_pair *p, int tbl_len)
 		}
 	}
 	if (any < 0) {
-		snprintf(p->err, sizeof(p->err), "port %u has no IPv4-mapped GID", p->port);
+		snprintf(p->err, sizeof(p->err), "%s port %u has no IPv4-mapped GID",
+			 ibv_get_device_name(e->ctx->device), e->port);
 		return ENOENT;
 	}
-	p->gid_index = any;
-	p->gid = any_gid;
+	e->gid_index = any;
+	e->gid = any_gid;
 	return 0;
+}
+
+/* The two ends: [0] the requester's, [1] the peer's. */
+static void ends(struct e2e_pair *p, struct e2e_end end[2])
+{
+	end[0] = (struct e2e_end){ p->pd, p->ctx, p->port, p->gid_index, p->gid };
+	end[1] = p->peer;
 }
 
 /* ---------------------------------------------------------------- QPs */
@@ -108,12 +116,12 @@ static void destroy_qps(struct e2e_pair *p)
 	}
 }
 
-static int to_init(struct e2e_pair *p, struct ibv_qp *qp)
+static int to_init(const struct e2e_end *e, struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
 		.pkey_index = 0,
-		.port_num = p->port,
+		.port_num = e->port,
 		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
 	};
@@ -121,7 +129,9 @@ static int to_init(struct e2e_pair *p, struct ibv_qp *qp)
 				     IBV_QP_ACCESS_FLAGS);
 }
 
-static int to_rtr(struct e2e_pair *p, struct ibv_qp *qp, uint32_t dest_qpn)
+/* @e is the QP's own end, @dest the other one. */
+static int to_rtr(struct e2e_pair *p, const struct e2e_end *e, const struct e2e_end *dest,
+		  struct ibv_qp *qp, uint32_t dest_qpn)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_RTR,
@@ -133,13 +143,13 @@ static int to_rtr(struct e2e_pair *p, struct ibv_qp *qp, uint32_t dest_qpn)
 		.ah_attr = {
 			.is_global = 1,
 			.grh = {
-				.dgid = p->gid,
-				.sgid_index = (uint8_t)p->gid_index,
+				.dgid = dest->gid,
+				.sgid_index = (uint8_t)e->gid_index,
 				.hop_limit = 1,
 			},
 			.sl = 0,
 			.src_path_bits = 0,
-			.port_num = p->port,
+			.port_num = e->port,
 		},
 	};
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
@@ -163,8 +173,10 @@ static int to_rts(struct ibv_qp *qp)
 
 static int create_qps(struct e2e_pair *p)
 {
+	struct e2e_end end[2];
+	ends(p, end);
 	for (int i = 0; i < 2; i++) {
-		p->cq[i] = ibv_create_cq(p->ctx, CQ_DEPTH, NULL, NULL, 0);
+		p->cq[i] = ibv_create_cq(end[i].ctx, CQ_DEPTH, NULL, NULL, 0);
 		if (!p->cq[i]) {
 			int err = errno ? errno : ENOMEM;
 			snprintf(p->err, sizeof(p->err), "ibv_create_cq: %s", strerror(err));
@@ -181,7 +193,7 @@ static int create_qps(struct e2e_pair *p)
 			.qp_type = IBV_QPT_RC,
 			.sq_sig_all = 0,
 		};
-		p->qp[i] = ibv_create_qp(p->pd, &ia);
+		p->qp[i] = ibv_create_qp(end[i].pd, &ia);
 		if (!p->qp[i]) {
 			int err = errno ? errno : ENOMEM;
 			snprintf(p->err, sizeof(p->err), "ibv_create_qp: %s", strerror(err));
@@ -192,20 +204,52 @@ static int create_qps(struct e2e_pair *p)
 	for (int i = 0; i < 2; i++) {
 		int err;
 		const char *step;
-		if ((err = to_init(p, p->qp[i])) != 0)
+		if ((err = to_init(&end[i], p->qp[i])) != 0)
 			step = "INIT";
-		else if ((err = to_rtr(p, p->qp[i], p->qp[1 - i]->qp_num)) != 0)
+		else if ((err = to_rtr(p, &end[i], &end[1 - i], p->qp[i], p->qp[1 - i]->qp_num)) != 0)
 			step = "RTR";
 		else if ((err = to_rts(p->qp[i])) != 0)
 			step = "RTS";
 		else
 			continue;
-		snprintf(p->err, sizeof(p->err), "ibv_modify_qp to %s (GID index %d): %s", step,
-			 p->gid_index, strerror(err));
+		snprintf(p->err, sizeof(p->err), "ibv_modify_qp of QP %d to %s (GID index %d): %s", i,
+			 step, end[i].gid_index, strerror(err));
 		destroy_qps(p);
 		return err;
 	}
 	return 0;
+}
+
+/* Fill @e for @pd: its device's first active port and GID.  The pair's
+ * MTU and message limit become the smaller of what it had and this port's. */
+static int open_end(struct e2e_pair *p, struct e2e_end *e, struct ibv_pd *pd)
+{
+	e->pd = pd;
+	e->ctx = pd->context;
+	struct ibv_device_attr da;
+	int err = ibv_query_device(e->ctx, &da);
+	if (err) {
+		snprintf(p->err, sizeof(p->err), "ibv_query_device: %s", strerror(err));
+		return err;
+	}
+	struct ibv_port_attr pa;
+	for (uint8_t port = 1; port <= da.phys_port_cnt; port++) {
+		if (ibv_query_port(e->ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
+			e->port = port;
+			break;
+		}
+	}
+	if (!e->port) {
+		snprintf(p->err, sizeof(p->err), "%s has no active port",
+			 ibv_get_device_name(e->ctx->device));
+		return ENODEV;
+	}
+	if (!p->mtu || pa.active_mtu < p->mtu)
+		p->mtu = pa.active_mtu;
+	uint32_t max_msg = pa.max_msg_sz && pa.max_msg_sz < MAX_PIECE ? pa.max_msg_sz : MAX_PIECE;
+	if (!p->max_msg || max_msg < p->max_msg)
+		p->max_msg = max_msg;
+	return find_gid(p, e, pa.gid_tbl_len);
 }
 
 int e2e_pair_open(struct e2e_pair *p, struct ibv_pd *pd)
@@ -219,30 +263,33 @@ int e2e_pair_open(struct e2e_pair *p, struct ibv_pd *pd)
 			return err;
 		}
 	}
-	p->pd = pd;
-	p->ctx = pd->context;
-	struct ibv_device_attr da;
-	int err = ibv_query_device(p->ctx, &da);
-	if (err) {
-		snprintf(p->err, sizeof(p->err), "ibv_query_device: %s", strerror(err));
+	struct e2e_end e = { 0 };
+	int err = open_end(p, &e, pd);
+	if (err)
 		return err;
-	}
-	struct ibv_port_attr pa;
-	for (uint8_t port = 1; port <= da.phys_port_cnt; port++) {
-		if (ibv_query_port(p->ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
-			p->port = port;
-			break;
-		}
-	}
-	if (!p->port) {
-		snprintf(p->err, sizeof(p->err), "%s has no active port",
-			 ibv_get_device_name(p->ctx->device));
-		return ENODEV;
-	}
-	p->mtu = pa.active_mtu;
-	p->max_msg = pa.max_msg_sz && pa.max_msg_sz < MAX_PIECE ? pa.max_msg_sz : MAX_PIECE;
-	if ((err = find_gid(p, pa.gid_tbl_len)) != 0)
+	p->pd = e.pd;
+	p->ctx = e.ctx;
+	p->port = e.port;
+	p->gid_index = e.gid_index;
+	p->gid = e.gid;
+	p->peer = e;
+	return create_qps(p);
+}
+
+int e2e_pair_open_hosts(struct e2e_pair *p, struct ibv_pd *pd, struct ibv_pd *peer_pd)
+{
+	memset(p, 0, sizeof(*p));
+	struct e2e_end e = { 0 };
+	int err = open_end(p, &e, pd);
+	if (!err)
+		err = open_end(p, &p->peer, peer_pd);
+	if (err)
 		return err;
+	p->pd = e.pd;
+	p->ctx = e.ctx;
+	p->port = e.port;
+	p->gid_index = e.gid_index;
+	p->gid = e.gid;
 	return create_qps(p);
 }
 
@@ -256,6 +303,7 @@ void e2e_pair_close(struct e2e_pair *p)
 {
 	destroy_qps(p);
 	p->pd = NULL;
+	p->peer.pd = NULL;
 }
 
 /* ---------------------------------------------------------------- posts */
@@ -409,10 +457,12 @@ static int transfer(struct e2e_pair *p, enum ibv_wr_opcode op, uintptr_t local, 
 	return first;
 }
 
-static int keys_of(struct e2e_pair *p, const void *buf, size_t len, uint32_t *lkey, uint32_t *rkey,
-		   const char *what)
+/* Keys of @buf under @pd: the requester's PD for its local buffers, the
+ * peer's for what the peer is reached through. */
+static int keys_of(struct e2e_pair *p, struct ibv_pd *pd, const void *buf, size_t len, uint32_t *lkey,
+		   uint32_t *rkey, const char *what)
 {
-	int err = rdma_malloc_keys(buf, len, p->pd, lkey, rkey);
+	int err = rdma_malloc_keys(buf, len, pd, lkey, rkey);
 	if (err) {
 		snprintf(p->err, sizeof(p->err), "rdma_malloc_keys(%s %p, %zu): %s", what, buf, len,
 			 strerror(err));
@@ -424,8 +474,8 @@ static int keys_of(struct e2e_pair *p, const void *buf, size_t len, uint32_t *lk
 int e2e_write(struct e2e_pair *p, void *remote_dst, const void *local_src, size_t len)
 {
 	uint32_t lkey, rkey;
-	if (keys_of(p, local_src, len, &lkey, NULL, "source") ||
-	    keys_of(p, remote_dst, len, NULL, &rkey, "target"))
+	if (keys_of(p, p->pd, local_src, len, &lkey, NULL, "source") ||
+	    keys_of(p, p->peer.pd, remote_dst, len, NULL, &rkey, "target"))
 		return E2E_ST_KEYS;
 	return transfer(p, IBV_WR_RDMA_WRITE, (uintptr_t)local_src, lkey, (uintptr_t)remote_dst,
 			rkey, len);
@@ -434,8 +484,8 @@ int e2e_write(struct e2e_pair *p, void *remote_dst, const void *local_src, size_
 int e2e_read(struct e2e_pair *p, void *local_dst, const void *remote_src, size_t len)
 {
 	uint32_t lkey, rkey;
-	if (keys_of(p, local_dst, len, &lkey, NULL, "destination") ||
-	    keys_of(p, remote_src, len, NULL, &rkey, "remote source"))
+	if (keys_of(p, p->pd, local_dst, len, &lkey, NULL, "destination") ||
+	    keys_of(p, p->peer.pd, remote_src, len, NULL, &rkey, "remote source"))
 		return E2E_ST_KEYS;
 	return transfer(p, IBV_WR_RDMA_READ, (uintptr_t)local_dst, lkey, (uintptr_t)remote_src,
 			rkey, len);
@@ -445,7 +495,7 @@ int e2e_write_raw(struct e2e_pair *p, const void *local_src, size_t len, uint64_
 		  uint32_t rkey)
 {
 	uint32_t lkey;
-	if (keys_of(p, local_src, len, &lkey, NULL, "source"))
+	if (keys_of(p, p->pd, local_src, len, &lkey, NULL, "source"))
 		return E2E_ST_KEYS;
 	return transfer(p, IBV_WR_RDMA_WRITE, (uintptr_t)local_src, lkey, raddr, rkey, len);
 }
@@ -454,8 +504,8 @@ int e2e_send_recv(struct e2e_pair *p, void *dst, size_t dst_len, const void *src
 		  size_t *received)
 {
 	uint32_t slkey, rlkey;
-	if (keys_of(p, src, len, &slkey, NULL, "send buffer") ||
-	    keys_of(p, dst, dst_len, &rlkey, NULL, "receive buffer"))
+	if (keys_of(p, p->pd, src, len, &slkey, NULL, "send buffer") ||
+	    keys_of(p, p->peer.pd, dst, dst_len, &rlkey, NULL, "receive buffer"))
 		return E2E_ST_KEYS;
 	if (e2e_post_recv(p, dst, dst_len, rlkey, 2))
 		return E2E_ST_POST;
@@ -480,8 +530,8 @@ static int atomic_op(struct e2e_pair *p, uint64_t *remote, bool cas, uint64_t a,
 	}
 	*res = 0xdeadbeefdeadbeefull;
 	int st;
-	if (keys_of(p, res, 8, &lkey, NULL, "atomic result") ||
-	    keys_of(p, remote, 8, NULL, &rkey, "atomic target")) {
+	if (keys_of(p, p->pd, res, 8, &lkey, NULL, "atomic result") ||
+	    keys_of(p, p->peer.pd, remote, 8, NULL, &rkey, "atomic target")) {
 		st = E2E_ST_KEYS;
 	} else {
 		int err = cas ? e2e_post_cmp_swap(p, res, lkey, (uintptr_t)remote, rkey, a, b, 7)

@@ -3,8 +3,9 @@
  * rdma_env.h - the end-to-end suite's verbs layer.
  *
  * Two RC QPs on one PD of the device rdmalloc uses, connected to each other
- * through the loopback RoCE v2 GID (::ffff:127.0.0.1).  qp[0] is the
- * requester, qp[1] the responder (the "peer").  Every lkey and rkey comes
+ * through the loopback RoCE v2 GID (::ffff:127.0.0.1); or on two devices
+ * (e2e_pair_open_hosts).  qp[0] is the requester, qp[1] the responder (the
+ * "peer").  Every lkey and rkey comes
  * from rdma_malloc_keys(): this suite never registers memory itself.
  * Completions are polled with a deadline: nothing here can hang.
  */
@@ -27,12 +28,26 @@ enum {
 	E2E_ST_KEYS = -3,    /* rdma_malloc_keys() refused a buffer */
 };
 
-struct e2e_pair {
+/* One end: qp[0]'s (the requester) or qp[1]'s (the peer). */
+struct e2e_end {
 	struct ibv_pd *pd;
 	struct ibv_context *ctx;
 	uint8_t port;
 	int gid_index;
 	union ibv_gid gid;
+};
+
+struct e2e_pair {
+	/* The requester's end, also the peer's on loopback (e2e_pair_open). */
+	struct ibv_pd *pd;
+	struct ibv_context *ctx;
+	uint8_t port;
+	int gid_index;
+	union ibv_gid gid;
+	/* The peer's end: a copy of the above on loopback; the other device
+	 * with e2e_pair_open_hosts().  Keys of memory the peer is reached
+	 * through (remote targets, receive buffers) come under peer.pd. */
+	struct e2e_end peer;
 	enum ibv_mtu mtu;
 	uint32_t max_msg;       /* largest message of the port */
 	struct ibv_cq *cq[2];
@@ -46,6 +61,14 @@ struct e2e_pair {
  * another errno with @p->err saying what failed.
  */
 int e2e_pair_open(struct e2e_pair *p, struct ibv_pd *pd);
+/*
+ * Open a pair across two devices: qp[0] on @pd (requester), qp[1] on
+ * @peer_pd, each through its own device's IPv4-mapped GID, so that traffic
+ * crosses whatever links the two devices (the guest's veth pair with
+ * tools/rdmalloc-vm --hosts 2).  Both PDs must be attached to rdmalloc.
+ * Return as e2e_pair_open().
+ */
+int e2e_pair_open_hosts(struct e2e_pair *p, struct ibv_pd *pd, struct ibv_pd *peer_pd);
 /* Destroy and recreate the QPs and CQs (after a QP went to the error state). */
 int e2e_pair_reset(struct e2e_pair *p);
 void e2e_pair_close(struct e2e_pair *p);
