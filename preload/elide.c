@@ -442,31 +442,42 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	return &e->mr;
 }
 
-static struct ibv_mr *passed(struct ibv_mr *mr)
-{
-	if (!rdmalloc_tl_in_verbs)
-		STAT_INC(passthrough_registrations);
-	return mr;
-}
+/* Raised while libibverbs registers for the program: its ibv_reg_mr and
+ * ibv_reg_mr_iova call its exported ibv_reg_mr_iova2, which reaches our
+ * wrapper again; that nested call is libibverbs' own (not elided again,
+ * not counted twice). */
+static RDMALLOC_TLS int handing_on;
+
+#define HAND_ON(call)                                                       \
+	({                                                                  \
+		int was_ = handing_on;                                      \
+		handing_on = 1;                                             \
+		struct ibv_mr *mr_ = (call);                                \
+		handing_on = was_;                                          \
+		if (!was_ && !rdmalloc_tl_in_verbs)                         \
+			STAT_INC(passthrough_registrations);                \
+		mr_;                                                        \
+	})
 
 PRELOAD_API struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	struct ibv_mr *mr = elide(pd, addr, length, (unsigned int)access);
-	return mr ? mr : passed(NEXT(reg_mr, "IBVERBS_1.1")(pd, addr, length, access));
+	struct ibv_mr *mr = handing_on ? NULL : elide(pd, addr, length, (unsigned int)access);
+	return mr ? mr : HAND_ON(NEXT(reg_mr, "IBVERBS_1.1")(pd, addr, length, access));
 }
 
 PRELOAD_API struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 					   int access)
 {
-	struct ibv_mr *mr = iova == (uintptr_t)addr ? elide(pd, addr, length, (unsigned int)access) : NULL;
-	return mr ? mr : passed(NEXT(reg_mr_iova, "IBVERBS_1.7")(pd, addr, length, iova, access));
+	struct ibv_mr *mr = !handing_on && iova == (uintptr_t)addr ? elide(pd, addr, length, (unsigned int)access)
+								   : NULL;
+	return mr ? mr : HAND_ON(NEXT(reg_mr_iova, "IBVERBS_1.7")(pd, addr, length, iova, access));
 }
 
 PRELOAD_API struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 					    unsigned int access)
 {
-	struct ibv_mr *mr = iova == (uintptr_t)addr ? elide(pd, addr, length, access) : NULL;
-	return mr ? mr : passed(NEXT(reg_mr_iova2, "IBVERBS_1.8")(pd, addr, length, iova, access));
+	struct ibv_mr *mr = !handing_on && iova == (uintptr_t)addr ? elide(pd, addr, length, access) : NULL;
+	return mr ? mr : HAND_ON(NEXT(reg_mr_iova2, "IBVERBS_1.8")(pd, addr, length, iova, access));
 }
 
 PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
@@ -552,7 +563,10 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 	}
 	if (c)
 		rdmalloc_chunk_unpin(c);
+	int was = handing_on;
+	handing_on = 1;
 	struct ibv_mr *own = NEXT(reg_mr, "IBVERBS_1.1")(new_pd, new_addr, new_len, new_access);
+	handing_on = was;
 	if (!own) {
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "ibv_rereg_mr of an elided region: its own "
 				  "registration failed (%s); the region is left as it was", strerror(errno));

@@ -32,9 +32,10 @@ static struct ibv_mr *passed[PASSED_MAX];
 static uint32_t passed_keys = FAKE_DROPIN_KEY_BASE;
 static unsigned long deallocs;
 
-static struct ibv_mr *passed_reg(struct ibv_pd *pd, void *addr, size_t length, int access)
+static struct ibv_mr *passed_reg_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				       unsigned int access)
 {
-	(void)access;
+	(void)iova, (void)access;
 	struct ibv_mr *mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return NULL;
@@ -55,17 +56,16 @@ static struct ibv_mr *passed_reg(struct ibv_pd *pd, void *addr, size_t length, i
 	return mr;
 }
 
-static struct ibv_mr *passed_reg_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+/* libibverbs' ibv_reg_mr and ibv_reg_mr_iova call its exported
+ * ibv_reg_mr_iova2, which the drop-in's wrapper preempts: so do these. */
+static struct ibv_mr *passed_reg(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	(void)iova;
-	return passed_reg(pd, addr, length, access);
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
 }
 
-static struct ibv_mr *passed_reg_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-				       unsigned int access)
+static struct ibv_mr *passed_reg_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
 {
-	(void)iova;
-	return passed_reg(pd, addr, length, (int)access);
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
 }
 
 /* The index of @mr among the stand-ins' regions, by its handle, as the
