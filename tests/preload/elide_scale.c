@@ -139,6 +139,15 @@ static void case_rereg(void)
 	      "access without CHANGE_ACCESS: IBV_REREG_MR_ERR_INPUT, EINVAL (%d, %s), region intact", r,
 	      strerror(errno));
 
+	/* Not elidable, and libibverbs refuses too: the region stays as it was. */
+	struct ibv_pd *refuses = new_pd();
+	refuses->handle = FAKE_DROPIN_PD_REFUSES;
+	errno = 0;
+	r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS | IBV_REREG_MR_CHANGE_PD, refuses, NULL, 0,
+			 ACC | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(r == IBV_REREG_MR_ERR_CMD && errno == EPERM && elided(mr, b) && passed_live() == 0,
+	      "a registration of its own refused: IBV_REREG_MR_ERR_CMD, its errno (%d, %s), region as it was", r,
+	      strerror(errno));
 	r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, ACC | IBV_ACCESS_REMOTE_WRITE);
 	struct rdma_malloc_stats s3 = stats();
 	CHECK(r == 0 && mr->lkey >= FAKE_DROPIN_KEY_BASE && passed_live() == 1 && mr->addr == buf + 8192 &&
@@ -203,8 +212,11 @@ static void case_evict(void)
 	char *buf = malloc(MiB);
 	struct rdma_malloc_stats s0 = stats();
 	int n = 3 * RDMA_MALLOC_MAX_PDS, ok = 0;
+	struct ibv_pd *first = NULL;
 	for (int i = 0; i < n; i++) {
 		struct ibv_pd *q = new_pd(); /* leaked: never deallocated */
+		if (!first)
+			first = q;
 		struct ibv_mr *mr = ibv_reg_mr(q, buf + i * 64, 64, ACC);
 		ok += elided(mr, q);
 		if (mr)
@@ -218,6 +230,11 @@ static void case_evict(void)
 			RDMA_MALLOC_MAX_PDS,
 	      "idle ones evicted: pds %llu, elided_pds_detached %llu", (unsigned long long)s1.pds,
 	      (unsigned long long)s1.elided_pds_detached);
+	int was_attached = chunk_reg(first, buf) != NULL;
+	struct ibv_mr *mr = ibv_reg_mr(first, buf, 64, ACC);
+	CHECK(!was_attached && elided(mr, first) && chunk_reg(first, buf),
+	      "the first leaked PD, evicted, is attached again at its next elision");
+	ibv_dereg_mr(mr);
 	free(buf);
 }
 

@@ -36,6 +36,10 @@ static struct ibv_mr *passed_reg_iova2(struct ibv_pd *pd, void *addr, size_t len
 				       unsigned int access)
 {
 	(void)iova, (void)access;
+	if (pd->handle == FAKE_DROPIN_PD_REFUSES) {
+		errno = EPERM;
+		return NULL;
+	}
 	struct ibv_mr *mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return NULL;

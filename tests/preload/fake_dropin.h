@@ -9,6 +9,8 @@
 
 /* The handle a PD gets when the stand-in of ibv_dealloc_pd deallocated it. */
 #define FAKE_DROPIN_PD_DEALLOCATED 0xdeadbeefu
+/* A PD with this handle: the stand-ins refuse to register with it (EPERM). */
+#define FAKE_DROPIN_PD_REFUSES 0xbadu
 /* Keys of the stand-ins' own regions start here (the fake backend's are low). */
 #define FAKE_DROPIN_KEY_BASE 0x70000000u
 
