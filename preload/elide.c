@@ -27,6 +27,8 @@
  *    (EBUSY while regions of it are alive, then detached with the last of
  *    them), and when a PD slot is needed and it has no region left (the
  *    least recently used first): leaked PDs never block elision.
+ * ibv_advise_mr takes lkeys in SGEs, not regions: with an elided region's
+ * lkey it advises on the chunk's registration, for a range inside it.
  */
 #include <dlfcn.h>
 #include <errno.h>
