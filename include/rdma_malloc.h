@@ -518,6 +518,12 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
 	X(elided_registrations, counter, "ibv_reg_mr calls of the program answered from a chunk (LD_PRELOAD)") \
 	X(passthrough_registrations, counter, "ibv_reg_mr calls of the program passed to libibverbs (LD_PRELOAD)") \
+	X(elided_regions, gauge, "elided regions the program holds (LD_PRELOAD)")   \
+	X(elision_no_pd_slot, counter, "registrations passed to libibverbs: every PD slot held by a busy PD (LD_PRELOAD)") \
+	X(elision_pool_full, counter, "registrations passed to libibverbs: no elided-region record left (LD_PRELOAD)") \
+	X(elided_pds_detached, counter, "PDs elision attached and detached again: deallocated or idle and evicted (LD_PRELOAD)") \
+	X(elided_rereg_in_place, counter, "ibv_rereg_mr calls on elided regions answered in place (LD_PRELOAD)") \
+	X(elided_rereg_backed, counter, "ibv_rereg_mr calls that gave an elided region a registration of its own (LD_PRELOAD)") \
 	X(hugetlb_chunks, gauge, "chunks backed by explicit huge pages (MAP_HUGETLB)") \
 	X(thp_chunks, gauge, "chunks backed by transparent huge pages (MADV_HUGEPAGE)") \
 	X(hugepage_fallbacks, counter, "huge-page chunks that fell back (to THP or 4 KiB pages)") \

@@ -8,14 +8,36 @@
  * marked with this, and listed in librdmalloc-preload.map. */
 #define PRELOAD_API __attribute__((visibility("default")))
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus /* new.cc */
 extern "C" {
 #endif
 
 struct rdmalloc_heap;
+struct ibv_pd;
+struct ibv_mr;
 
 /* The heap every plain malloc comes from, or NULL before it exists. */
 struct rdmalloc_heap *rdmalloc_preload_heap(void);
+
+/*
+ * What elide.c's wrappers of libibverbs hand on to: libibverbs' own
+ * functions, found by name and version on first use.  The fake drop-in of
+ * the tests (tests/preload/fake_dropin.c) installs stand-ins before the
+ * library initialises, as the fake backend does for the library's verbs.
+ */
+struct rdmalloc_elide_next {
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access);
+	struct ibv_mr *(*reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access);
+	struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				       unsigned int access);
+	int (*dereg_mr)(struct ibv_mr *mr);
+	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access);
+	int (*dealloc_pd)(struct ibv_pd *pd);
+};
+void rdmalloc_elide_set_next(const struct rdmalloc_elide_next *next);
 
 #ifdef __cplusplus
 }

@@ -90,10 +90,16 @@ RDMA_EXPORT int rdma_malloc_attach_pd(struct ibv_pd *pd)
 int rdmalloc_pd_attach(struct ibv_pd *pd)
 {
 	rdmalloc_pd_lock();
+	int err = rdmalloc_pd_attach_locked(pd);
+	rdmalloc_pd_unlock();
+	return err;
+}
+
+int rdmalloc_pd_attach_locked(struct ibv_pd *pd)
+{
 	int err = rdmalloc_chunks_attach(pd);
 	if (!err && pd == opened_pd)
 		atomic_store_explicit(&default_pd, pd, memory_order_release);
-	rdmalloc_pd_unlock();
 	return err;
 }
 
@@ -108,6 +114,13 @@ RDMA_EXPORT int rdma_malloc_detach_pd(struct ibv_pd *pd)
 int rdmalloc_pd_detach(struct ibv_pd *pd)
 {
 	rdmalloc_pd_lock();
+	int err = rdmalloc_pd_detach_locked(pd);
+	rdmalloc_pd_unlock();
+	return err;
+}
+
+int rdmalloc_pd_detach_locked(struct ibv_pd *pd)
+{
 	int err = rdmalloc_chunks_detach(pd);
 	/* Only a detach that took the PD's index takes the default away: a
 	 * failed deregistration detaches all the same, EBUSY does not. */
@@ -116,6 +129,5 @@ int rdmalloc_pd_detach(struct ibv_pd *pd)
 		still |= rdmalloc_pd_at(i) == pd;
 	if (!still && pd == rdmalloc_pd_default())
 		atomic_store_explicit(&default_pd, NULL, memory_order_release);
-	rdmalloc_pd_unlock();
 	return err;
 }

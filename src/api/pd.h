@@ -14,6 +14,10 @@ unsigned rdmalloc_pd_count(void);
  * initialised library (the drop-in's elision). */
 int rdmalloc_pd_attach(struct ibv_pd *pd);
 int rdmalloc_pd_detach(struct ibv_pd *pd);
+/* The same with the PD lock held by the caller (the drop-in's elision,
+ * which decides and attaches or detaches in one critical section). */
+int rdmalloc_pd_attach_locked(struct ibv_pd *pd);
+int rdmalloc_pd_detach_locked(struct ibv_pd *pd);
 /* The outer lock serialising attach, detach and heap destruction. */
 void rdmalloc_pd_lock(void);
 void rdmalloc_pd_unlock(void);

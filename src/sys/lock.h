@@ -27,7 +27,7 @@
 	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD table, creators")  \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
 	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
-	X(ELIDED, INNER, "the drop-in's elided regions and the PDs it attached")            \
+	X(ELIDED, INNER, "the drop-in's elided-region records and its PD entries")           \
 	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")
 
 enum rdmalloc_lock_id {
