@@ -518,6 +518,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
 	X(elided_registrations, counter, "ibv_reg_mr calls of the program answered from a chunk (LD_PRELOAD)") \
 	X(passthrough_registrations, counter, "ibv_reg_mr calls of the program passed to libibverbs (LD_PRELOAD)") \
+	X(passthrough_ns, counter, "nanoseconds the program's ibv_reg_mr calls passed to libibverbs took (LD_PRELOAD)") \
 	X(elided_regions, gauge, "elided regions the program holds (LD_PRELOAD)")   \
 	X(elision_no_pd_slot, counter, "registrations passed to libibverbs: every PD slot held by a busy PD (LD_PRELOAD)") \
 	X(elision_pool_full, counter, "registrations passed to libibverbs: no elided-region record left (LD_PRELOAD)") \

@@ -454,10 +454,13 @@ static RDMALLOC_TLS int handing_on;
 	({                                                                  \
 		int was_ = handing_on;                                      \
 		handing_on = 1;                                             \
+		uint64_t t0_ = rdmalloc_now_ns();                           \
 		struct ibv_mr *mr_ = (call);                                \
 		handing_on = was_;                                          \
-		if (!was_ && !rdmalloc_tl_in_verbs)                         \
+		if (!was_ && !rdmalloc_tl_in_verbs) {                       \
 			STAT_INC(passthrough_registrations);                \
+			STAT_ADD(passthrough_ns, rdmalloc_now_ns() - t0_);  \
+		}                                                           \
 		mr_;                                                        \
 	})
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "fault.h"
 
@@ -86,4 +87,11 @@ int rdmalloc_os_dontneed(void *p, size_t len)
 int rdmalloc_os_thp(void *p, size_t len)
 {
 	return madvise(p, len, MADV_HUGEPAGE) ? errno : 0;
+}
+
+uint64_t rdmalloc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* os.h - the kernel's memory calls: every mmap, mremap, munmap and madvise
- * of the library and the drop-in is here. */
+ * of the library and the drop-in is here; and the clock of the *_ns stats. */
 #ifndef RDMALLOC_OS_H
 #define RDMALLOC_OS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Anonymous read-write memory of @len bytes: NULL with errno. */
 void *rdmalloc_os_map(size_t len);
@@ -32,5 +33,7 @@ void rdmalloc_os_unmap(void *p, size_t len);
 int rdmalloc_os_dontneed(void *p, size_t len);
 /* Ask for transparent huge pages on [p, p+len) (MADV_HUGEPAGE): 0 or errno. */
 int rdmalloc_os_thp(void *p, size_t len);
+/* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */
+uint64_t rdmalloc_now_ns(void);
 
 #endif

@@ -7,10 +7,10 @@
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "fault.h"
 #include "log.h"
+#include "os.h"
 #include "counters.h"
 
 /*
@@ -296,13 +296,6 @@ void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *o)
 }
 #undef FILL_
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* What a region counts in registered_bytes: an implicit ODP region (NULL,
  * SIZE_MAX) stands for no bytes of its own; its chunks count as chunk_bytes. */
 static size_t region_bytes(const void *addr, size_t len)
@@ -312,13 +305,13 @@ static size_t region_bytes(const void *addr, size_t len)
 
 struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = rdmalloc_now_ns();
 	errno = 0;
 	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len);
 	rdmalloc_tl_in_verbs++;
 	struct ibv_mr *mr = ferr ? (errno = ferr, NULL) : ops->reg_mr(pd, addr, len, access);
 	rdmalloc_tl_in_verbs--;
-	STAT_ADD(registration_ns, now_ns() - t0);
+	STAT_ADD(registration_ns, rdmalloc_now_ns() - t0);
 	if (!mr) {
 		if (!errno)
 			errno = ENOMEM;
