@@ -252,6 +252,25 @@ static int open_end(struct e2e_pair *p, struct e2e_end *e, struct ibv_pd *pd)
 	return find_gid(p, e, pa.gid_tbl_len);
 }
 
+/* The pair of @pd and @peer_pd (NULL: loopback on @pd). */
+static int open_pair(struct e2e_pair *p, struct ibv_pd *pd, struct ibv_pd *peer_pd)
+{
+	struct e2e_end e = { 0 };
+	int err = open_end(p, &e, pd);
+	if (err)
+		return err;
+	if (!peer_pd)
+		p->peer = e;
+	else if ((err = open_end(p, &p->peer, peer_pd)) != 0)
+		return err;
+	p->pd = e.pd;
+	p->ctx = e.ctx;
+	p->port = e.port;
+	p->gid_index = e.gid_index;
+	p->gid = e.gid;
+	return create_qps(p);
+}
+
 int e2e_pair_open(struct e2e_pair *p, struct ibv_pd *pd)
 {
 	memset(p, 0, sizeof(*p));
@@ -263,34 +282,13 @@ int e2e_pair_open(struct e2e_pair *p, struct ibv_pd *pd)
 			return err;
 		}
 	}
-	struct e2e_end e = { 0 };
-	int err = open_end(p, &e, pd);
-	if (err)
-		return err;
-	p->pd = e.pd;
-	p->ctx = e.ctx;
-	p->port = e.port;
-	p->gid_index = e.gid_index;
-	p->gid = e.gid;
-	p->peer = e;
-	return create_qps(p);
+	return open_pair(p, pd, NULL);
 }
 
 int e2e_pair_open_hosts(struct e2e_pair *p, struct ibv_pd *pd, struct ibv_pd *peer_pd)
 {
 	memset(p, 0, sizeof(*p));
-	struct e2e_end e = { 0 };
-	int err = open_end(p, &e, pd);
-	if (!err)
-		err = open_end(p, &p->peer, peer_pd);
-	if (err)
-		return err;
-	p->pd = e.pd;
-	p->ctx = e.ctx;
-	p->port = e.port;
-	p->gid_index = e.gid_index;
-	p->gid = e.gid;
-	return create_qps(p);
+	return open_pair(p, pd, peer_pd);
 }
 
 int e2e_pair_reset(struct e2e_pair *p)
