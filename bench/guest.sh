@@ -90,4 +90,10 @@ for rep in $(seq 1 $alloc_reps); do
 	done
 	printf '[guest %3ds] allocators: rep %d/%d done\n' $((SECONDS - t0)) $rep $alloc_reps
 done
+# An engine between the two hosts (bench/run boots with --hosts 2):
+# ucx_perftest plain, under the drop-in, and with the remote-access heap.
+if [ -n "${RDMALLOC_VM_HOSTS:-}" ]; then
+	if [ $mode = quick ]; then engine_args=(1 200); else engine_args=(5 2000); fi
+	run engines-guest engines.csv "$(dirname "$0")/engines.sh" "$build" "${engine_args[@]}"
+fi
 printf '[guest %3ds] done\n' $((SECONDS - t0))

@@ -471,6 +471,41 @@ else:
     md.append("Not measured.")
     md.append("")
 
+# ------------------------------------------------------------------ 4c. engines
+en = read("engines.csv")
+md.append("## 4c. An engine between two hosts (Soft-RoCE guest)")
+md.append("")
+if en:
+    md.append("`bench/engines.sh`: `ucx_perftest` (UCX over `rc_verbs`) between the guest's two hosts "
+              "(rxe1 and rxe2 on a veth pair), the server on host 2, the client on host 1; plain, "
+              "under the drop-in (`LOCAL_WRITE` heap: UCX's registrations pass through) and with the "
+              "remote-access heap (they are elided), interleaved. Medians over repetitions; ratios "
+              "against plain in the same boot. Registrations: the client's, from the drop-in's stats.")
+    md.append("")
+    rows = []
+    for test, key, unit in (("tag_lat", "p50_us", "µs (p50)"), ("tag_bw", "mb_s", "MB/s")):
+        base = med([r for r in en if r["test"] == test and r["mode"] == "plain"], key)
+        dropin_ns = med([r for r in en if r["test"] == test and r["mode"] == "dropin"], "passthrough_ns")
+        for mode in ("plain", "dropin", "remote"):
+            rs = [r for r in en if r["test"] == test and r["mode"] == mode]
+            if not rs:
+                continue
+            v = med(rs, key)
+            vals = sorted(float(r[key]) for r in rs)
+            el, pt, ns = med(rs, "elided"), med(rs, "passthrough"), med(rs, "passthrough_ns")
+            saved = "—"
+            if mode == "remote" and dropin_ns is not None:
+                saved = fmt((dropin_ns - ns) / 1e6, 1)
+            rows.append([test, fmt_size(rs[0]["size"]), mode, str(len(rs)), f"{fmt(v, 1)} {unit}",
+                         f"{fmt(vals[0], 1)}-{fmt(vals[-1], 1)}", fmt(ratio(v, base), 2),
+                         "—" if mode == "plain" else f"{el:.0f} / {pt:.0f}",
+                         "—" if mode == "plain" or not pt else fmt(ns / pt / 1000, 0), saved])
+    table(["test", "size", "mode", "reps", "median", "spread", "/ plain", "elided / passed",
+           "µs per passed ibv_reg_mr", "registration ms saved against dropin"], rows)
+else:
+    md.append("Not measured.")
+    md.append("")
+
 # ------------------------------------------------------------------ 5. startup
 su = read("startup.csv")
 md.append("## 5. Start-up")
