@@ -7,12 +7,19 @@
  *      it; rank 1 receives into a buffer of its own malloc, checks it, sends
  *      back a second pattern; rank 0 checks that.  Every buffer is new, so
  *      the engine registers (or finds in its cache) memory it has not seen.
+ *      After each free, malloc_trim(0): under the drop-in, an idle chunk
+ *      the engine still holds a cached registration in is given back (its
+ *      pages dropped) and taken back with fresh pages; the engine's memory
+ *      hooks must see that, or its next transfer there moves pages the
+ *      process no longer has.  (Whether a chunk goes idle depends on what
+ *      else lives in it: in the guest runs, 0-1 chunks per rank did.)
  *   2. one-sided on a window whose memory is malloc'ed (MPI_Win_create):
  *      MPI_Put into rank 1, MPI_Get back, MPI_Accumulate (MPI_SUM) from both
  *      ranks; every element checked.
  * Prints one line per phase; exits 0 only if every byte matched.
  *   mpirun -n 2 mpi_check [ROUNDS]
  */
+#include <malloc.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,6 +88,7 @@ static size_t pingpong(int rounds)
 			}
 			checked += n;
 			free(b);
+			malloc_trim(0);
 		}
 	}
 	return checked;
