@@ -25,23 +25,26 @@ void e2e_teardown(void);
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-/* The transfer status @st must be success; @what says which transfer. */
-#define E2E_ASSERT_WC_OK(st, what)                                                   \
+/* The transfer status @st on @pair must be success; @what says which
+ * transfer.  E2E_ASSERT_WC_OK: on the default pair, e2e. */
+#define E2E_ASSERT_PAIR_OK(pair, st, what)                                           \
 	do {                                                                         \
 		int st_ = (st);                                                      \
 		cr_assert(st_ == IBV_WC_SUCCESS, "%s: status %d (%s); last verbs note: %s", \
-			  (what), st_, e2e_status_str(st_), e2e.err);                \
+			  (what), st_, e2e_status_str(st_), (pair).err);             \
 	} while (0)
+#define E2E_ASSERT_WC_OK(st, what) E2E_ASSERT_PAIR_OK(e2e, st, what)
 
 /* A transfer the device must refuse: a completion, but not a success. */
-#define E2E_ASSERT_WC_REFUSED(st, what)                                              \
+#define E2E_ASSERT_PAIR_REFUSED(pair, st, what)                                      \
 	do {                                                                         \
 		int st_ = (st);                                                      \
 		cr_assert(st_ > IBV_WC_SUCCESS,                                      \
 			  "%s: want an error completion, got %s (status %d); last verbs note: %s", \
 			  (what), st_ == IBV_WC_SUCCESS ? "success" : e2e_status_str(st_), st_, \
-			  e2e.err);                                                  \
+			  (pair).err);                                               \
 	} while (0)
+#define E2E_ASSERT_WC_REFUSED(st, what) E2E_ASSERT_PAIR_REFUSED(e2e, st, what)
 
 /* Every byte of [buf, buf+len) must be the pattern of @seed. */
 #define E2E_ASSERT_PATTERN(buf, len, seed, what)                                     \

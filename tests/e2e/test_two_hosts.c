@@ -81,13 +81,6 @@ static uint64_t veth1_tx_bytes(void)
 	return v;
 }
 
-#define ASSERT_HOSTS_OK(st, what)                                                     \
-	do {                                                                          \
-		int st_ = (st);                                                       \
-		cr_assert(st_ == IBV_WC_SUCCESS, "%s: status %d (%s); last verbs note: %s", \
-			  (what), st_, e2e_status_str(st_), h.pair.err);              \
-	} while (0)
-
 /* RDMA WRITE from host 1's buffer into host 2's, then READ it back into a
  * third, 8 B .. 64 MiB, buffers of rdma_malloc(): every byte checked, and
  * veth1 carried at least the bytes written. */
@@ -103,13 +96,13 @@ HOSTS_TEST(two_hosts_write_read, 240)
 		uint64_t tx0 = veth1_tx_bytes();
 		char what[96];
 		snprintf(what, sizeof(what), "RDMA WRITE of %zu B from host 1 to host 2", len);
-		ASSERT_HOSTS_OK(e2e_write(&h.pair, dst, src, len), what);
+		E2E_ASSERT_PAIR_OK(h.pair, e2e_write(&h.pair, dst, src, len), what);
 		E2E_ASSERT_PATTERN(dst, len, seed, what);
 		uint64_t sent = veth1_tx_bytes() - tx0;
 		cr_assert(sent >= len, "%s: veth1 sent %llu bytes: the data did not cross the link", what,
 			  (unsigned long long)sent);
 		snprintf(what, sizeof(what), "RDMA READ of %zu B from host 2 into host 1", len);
-		ASSERT_HOSTS_OK(e2e_read(&h.pair, back, dst, len), what);
+		E2E_ASSERT_PAIR_OK(h.pair, e2e_read(&h.pair, back, dst, len), what);
 		E2E_ASSERT_PATTERN(back, len, seed, what);
 		rdma_free(back);
 		rdma_free(dst);
@@ -126,16 +119,16 @@ HOSTS_TEST(two_hosts_send_atomics, 120)
 	cr_assert(src && dst && word, "allocation: %s", strerror(errno));
 	e2e_fill(src, len, 3100);
 	size_t got = 0;
-	ASSERT_HOSTS_OK(e2e_send_recv(&h.pair, dst, len, src, len, &got), "SEND from host 1 to host 2");
+	E2E_ASSERT_PAIR_OK(h.pair, e2e_send_recv(&h.pair, dst, len, src, len, &got), "SEND from host 1 to host 2");
 	cr_assert(got == len, "the receive completion says %zu bytes, want %zu", got, len);
 	E2E_ASSERT_PATTERN(dst, len, 3100, "SEND from host 1 to host 2");
 
 	*word = 40;
 	uint64_t old = 0;
-	ASSERT_HOSTS_OK(e2e_fetch_add(&h.pair, word, 2, &old), "fetch-and-add on host 2's word");
+	E2E_ASSERT_PAIR_OK(h.pair, e2e_fetch_add(&h.pair, word, 2, &old), "fetch-and-add on host 2's word");
 	cr_assert(old == 40 && *word == 42, "fetch-and-add: old %llu, now %llu; want 40, 42",
 		  (unsigned long long)old, (unsigned long long)*word);
-	ASSERT_HOSTS_OK(e2e_cmp_swap(&h.pair, word, 42, 7, &old), "compare-and-swap on host 2's word");
+	E2E_ASSERT_PAIR_OK(h.pair, e2e_cmp_swap(&h.pair, word, 42, 7, &old), "compare-and-swap on host 2's word");
 	cr_assert(old == 42 && *word == 7, "compare-and-swap: old %llu, now %llu; want 42, 7",
 		  (unsigned long long)old, (unsigned long long)*word);
 	rdma_free(word);
@@ -159,7 +152,7 @@ HOSTS_TEST(two_hosts_given_back_rkey_refused, 120)
 	E2E_ASSERT_KEYS(victim, len, h.pd[1], NULL, &rkey, "host 2's keys of the buffer to free");
 	uintptr_t vaddr = (uintptr_t)victim;
 	e2e_fill(src, len, 3200);
-	ASSERT_HOSTS_OK(e2e_write_raw(&h.pair, src, len, vaddr, rkey), "RDMA WRITE before the give-back");
+	E2E_ASSERT_PAIR_OK(h.pair, e2e_write_raw(&h.pair, src, len, vaddr, rkey), "RDMA WRITE before the give-back");
 	E2E_ASSERT_PATTERN(victim, len, 3200, "RDMA WRITE before the give-back");
 
 	rdma_free(victim);
@@ -169,9 +162,8 @@ HOSTS_TEST(two_hosts_given_back_rkey_refused, 120)
 	cr_assert(reuse, "allocation: %s", strerror(errno));
 	memset(reuse, 0x5a, len);
 	e2e_fill(src, len, 3201);
-	int st = e2e_write_raw(&h.pair, src, 4 * KiB, vaddr, rkey);
-	cr_assert(st > IBV_WC_SUCCESS, "the old rkey of a given-back chunk was accepted across the link "
-		  "(status %d: %s)", st, e2e_status_str(st));
+	E2E_ASSERT_PAIR_REFUSED(h.pair, e2e_write_raw(&h.pair, src, 4 * KiB, vaddr, rkey),
+				"RDMA WRITE across the link with the old rkey of a given-back chunk");
 	E2E_ASSERT_CONST(reuse, len, 0x5a, "memory after a write with the old rkey");
 	rdma_free(reuse);
 	rdma_free(src);
