@@ -11,6 +11,19 @@
  *             1 MiB, then are freed, again and again
  *   large     each thread replaces random slots of 8 with 256 KiB - 8 MiB
  *             blocks and writes one byte per 4 KiB page
+ *   xthread   a server's threads freeing each other's objects (after
+ *             larson): rounds of fresh threads, each taking over slots of
+ *             1000 16-512 B blocks that a thread of the round before
+ *             allocated, replacing them at random, then exiting
+ *   xthread-sized  the same with C++ new and sized delete
+ *             (operator delete(void *, size_t), alloc_cxx.cc)
+ *   falseshare  passive false sharing (after Hoard's cache-scratch): the
+ *             main thread allocates one 8 B object per thread, each thread
+ *             frees its own, then allocates 8 B, writes it 5000 times and
+ *             frees it, again and again: an allocator that hands threads
+ *             neighbouring bytes makes their writes share cache lines
+ *
+ * "small" with --threads 1 is the single-threaded small-object workload.
  *
  * Every block is written to (its first bytes, or every page for "large").
  * Prints one CSV row: workload, threads, operations, seconds (wall, from a
@@ -32,6 +45,10 @@
 
 #define PROG "bench-alloc"
 
+/* alloc_cxx.cc: ::operator new and the sized ::operator delete. */
+void *bench_new(size_t n);
+void bench_delete_sized(void *p, size_t n);
+
 static double scale = 1.0;
 static pthread_barrier_t barrier;
 static volatile uint64_t sink;
@@ -40,6 +57,7 @@ struct worker {
 	int id;
 	uint64_t ops;
 	void *ring; /* prodcons: the pair's ring */
+	void *object; /* falseshare: the main thread's object for it */
 	pthread_t tid;
 };
 
@@ -188,6 +206,66 @@ static void *w_large(struct worker *w)
 	return NULL;
 }
 
+/* xthread: a round's worker takes over one set of slots, allocated by a
+ * thread of the round before (now gone), and replaces them at random. */
+#define XT_SLOTS 1000
+struct xt_set {
+	void *p[XT_SLOTS];
+	size_t size[XT_SLOTS];
+	uint64_t seed;
+};
+static struct xt_set *xt_sets;
+static int xt_sized;
+static size_t xt_round_ops;
+
+static void *xt_alloc(size_t n)
+{
+	void *p = xt_sized ? bench_new(n) : malloc(n);
+	if (!p)
+		bench_die(PROG, "malloc(%zu) failed", n);
+	touch(p, n);
+	return p;
+}
+
+static void xt_free(void *p, size_t n)
+{
+	if (xt_sized)
+		bench_delete_sized(p, n);
+	else
+		free(p);
+}
+
+static void *w_xthread(struct worker *w)
+{
+	struct xt_set *set = &xt_sets[w->id];
+	for (size_t i = 0; i < xt_round_ops; i++) {
+		uint64_t r = bench_rand(&set->seed);
+		size_t k = (size_t)(r % XT_SLOTS), sz = 16 + (size_t)((r >> 20) % 497);
+		xt_free(set->p[k], set->size[k]);
+		set->p[k] = xt_alloc(sz);
+		set->size[k] = sz;
+	}
+	w->ops = xt_round_ops;
+	return NULL;
+}
+
+static void *w_falseshare(struct worker *w)
+{
+	size_t ops = scaled(4000);
+	pthread_barrier_wait(&barrier);
+	free(w->object);
+	for (size_t i = 0; i < ops; i++) {
+		volatile char *p = malloc(8);
+		if (!p)
+			bench_die(PROG, "malloc(8) failed");
+		for (int j = 0; j < 5000; j++)
+			p[j % 8] = (char)(p[j % 8] + j);
+		free((void *)p);
+	}
+	w->ops = ops;
+	return NULL;
+}
+
 static const char *workload;
 
 static void *worker_main(void *arg)
@@ -201,6 +279,10 @@ static void *worker_main(void *arg)
 		return w_prodcons(w);
 	if (!strcmp(workload, "realloc"))
 		return w_realloc(w);
+	if (!strcmp(workload, "falseshare"))
+		return w_falseshare(w);
+	if (!strncmp(workload, "xthread", 7))
+		return w_xthread(w);
 	return w_large(w);
 }
 
@@ -219,12 +301,18 @@ static const char *malloc_library(void)
 int main(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-')
-		bench_die(PROG, "usage: rdmalloc-bench-alloc small|mixed|prodcons|realloc|large "
-				"[--threads T] [--scale S] [--header]");
+		bench_die(PROG, "usage: rdmalloc-bench-alloc small|mixed|prodcons|realloc|large|"
+				"xthread|xthread-sized|falseshare [--threads T] [--scale S] [--header]");
 	workload = argv[1];
-	if (strcmp(workload, "small") && strcmp(workload, "mixed") && strcmp(workload, "prodcons") &&
-	    strcmp(workload, "realloc") && strcmp(workload, "large"))
+	static const char *const known[] = { "small", "mixed", "prodcons", "realloc", "large",
+					     "xthread", "xthread-sized", "falseshare" };
+	size_t kw = 0;
+	while (kw < sizeof(known) / sizeof(known[0]) && strcmp(workload, known[kw]))
+		kw++;
+	if (kw == sizeof(known) / sizeof(known[0]))
 		bench_die(PROG, "unknown workload %s", workload);
+	int xthread = !strncmp(workload, "xthread", 7);
+	xt_sized = !strcmp(workload, "xthread-sized");
 	int threads = (int)bench_opt_long(argc, argv, "--threads", sysconf(_SC_NPROCESSORS_ONLN));
 	scale = bench_opt_double(argc, argv, "--scale", 1.0);
 	if (threads < 1 || threads > 256 || scale <= 0)
@@ -238,23 +326,56 @@ int main(int argc, char **argv)
 		rings = aligned_alloc(64, sizeof(struct ring) * (size_t)(threads / 2));
 		memset(rings, 0, sizeof(struct ring) * (size_t)(threads / 2));
 	}
-	pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
-	for (int t = 0; t < threads; t++) {
-		w[t].id = t;
-		w[t].ring = rings ? &rings[t / 2] : NULL;
-		if (pthread_create(&w[t].tid, NULL, worker_main, &w[t]))
-			bench_die(PROG, "pthread_create failed");
+	size_t rounds = 1;
+	if (xthread) { /* the first owners of the slots: the main thread */
+		xt_sets = calloc((size_t)threads, sizeof(*xt_sets));
+		if (!xt_sets)
+			bench_die(PROG, "out of memory");
+		for (int t = 0; t < threads; t++) {
+			xt_sets[t].seed = 0x5eed5ull * (uint64_t)(t + 1);
+			for (size_t k = 0; k < XT_SLOTS; k++)
+				xt_sets[t].p[k] = xt_alloc(xt_sets[t].size[k] = 16 + k % 497);
+		}
+		rounds = scaled(400);
+		xt_round_ops = 20000;
 	}
-	/* The workers wait at the barrier: what was spent so far (loading and
-	 * initialising the allocator, creating threads) is left out. */
+	pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
 	struct rusage ru0, ru;
-	getrusage(RUSAGE_SELF, &ru0);
-	pthread_barrier_wait(&barrier);
-	uint64_t t0 = bench_now_ns();
-	uint64_t ops = 0;
-	for (int t = 0; t < threads; t++) {
-		pthread_join(w[t].tid, NULL);
-		ops += w[t].ops;
+	uint64_t t0 = 0, ops = 0;
+	if (!xthread) {
+		for (int t = 0; t < threads; t++) {
+			w[t].id = t;
+			w[t].ring = rings ? &rings[t / 2] : NULL;
+			if (!strcmp(workload, "falseshare") && !(w[t].object = malloc(8)))
+				bench_die(PROG, "malloc(8) failed");
+			if (pthread_create(&w[t].tid, NULL, worker_main, &w[t]))
+				bench_die(PROG, "pthread_create failed");
+		}
+		/* The workers wait at the barrier: what was spent so far (loading
+		 * and initialising the allocator, creating threads) is left out. */
+		getrusage(RUSAGE_SELF, &ru0);
+		pthread_barrier_wait(&barrier);
+		t0 = bench_now_ns();
+		for (int t = 0; t < threads; t++) {
+			pthread_join(w[t].tid, NULL);
+			ops += w[t].ops;
+		}
+	} else {
+		/* Threads come and go, as a server's: their start and exit are
+		 * part of the workload. */
+		getrusage(RUSAGE_SELF, &ru0);
+		t0 = bench_now_ns();
+		for (size_t r = 0; r < rounds; r++) {
+			for (int t = 0; t < threads; t++) {
+				w[t].id = (int)((r + (size_t)t) % (size_t)threads); /* another set each round */
+				if (pthread_create(&w[t].tid, NULL, worker_main, &w[t]))
+					bench_die(PROG, "pthread_create failed");
+			}
+			for (int t = 0; t < threads; t++) {
+				pthread_join(w[t].tid, NULL);
+				ops += w[t].ops;
+			}
+		}
 	}
 	double secs = (double)(bench_now_ns() - t0) / 1e9;
 	getrusage(RUSAGE_SELF, &ru);
@@ -268,6 +389,12 @@ int main(int argc, char **argv)
 		printf("workload,threads,ops,seconds,cpu_seconds,ns_per_op,maxrss_kb,malloc_from\n");
 	printf("%s,%d,%llu,%.6f,%.6f,%.2f,%ld,%s\n", workload, threads, (unsigned long long)ops, secs,
 	       cpu, cpu * 1e9 / (double)ops, ru.ru_maxrss, malloc_library());
+	if (xthread) {
+		for (int t = 0; t < threads; t++)
+			for (size_t k = 0; k < XT_SLOTS; k++)
+				xt_free(xt_sets[t].p[k], xt_sets[t].size[k]);
+		free(xt_sets);
+	}
 	free(rings);
 	free(w);
 	return 0;

@@ -38,7 +38,7 @@ if [ $mode = quick ]; then
 else
 	keys_args=(--ptrs 16384 --lookups 200000 --reps 7 --regmr-iters 300)
 	msg_args=(--reps 5 --min-ms 100 --min-msgs 5)
-	alloc_reps=3 alloc_scale=0.06 alloc_workloads=(small mixed prodcons realloc large)
+	alloc_reps=3 alloc_scale=0.06 alloc_workloads=(small mixed prodcons realloc large xthread)
 	fp_live=256M fp_configs=(0:4k 2M:4k 8M:4k 32M:4k 128M:4k 0:huge 8M:huge)
 	phases_args=(--long 64M --burst 384M --phases 3)
 	startup_reps=15 startup_methods=exec,malloc,devices,verbs,rdmalloc,rdmalloc-nodev

@@ -271,7 +271,8 @@ else:
 alloc = read("alloc.csv")
 md.append("## 3. Allocator speed")
 md.append("")
-md.append("The workloads of `bench/alloc.c` (plain malloc/free/realloc, one thread per core) "
+md.append("The workloads of `bench/alloc.c` (plain malloc/free/realloc, and C++ new/sized delete for "
+          "xthread-sized; one thread per core unless the workload says) "
           "under `LD_PRELOAD` of each allocator, interleaved (every repetition runs every "
           "allocator, in a rotated order). Median CPU seconds (user + system of the process, from the "
           "start barrier to the end, so the allocator's start-up is left out: "
@@ -290,11 +291,19 @@ for env in ("host", "guest"):
     if not rows:
         continue
     names = [a for a in alloc_order if any(r["allocator"] == a for r in rows)]
-    wls = [w for w in ["small", "mixed", "prodcons", "realloc", "large"] if any(r["workload"] == w for r in rows)]
+    # A workload run with fewer threads than the others is one of its own.
+    nthr = max(int(r["threads"]) for r in rows)
+    for r in rows:
+        t = int(r["threads"])
+        r["workload"] += "" if t == nthr else f" ({t} thread{'s' if t > 1 else ''})"
+    wls = []
+    for r in rows:
+        if r["workload"] not in wls:
+            wls.append(r["workload"])
     wrong = sorted({(r["allocator"], r["malloc_from"]) for r in rows
                     if (r["allocator"] == "glibc") != (r["malloc_from"] == "libc.so.6")})
     md.append(f"**{env}** ({'registration active for rdmalloc' if env == 'guest' else 'no device: registration inactive'}; "
-              f"{rows[0]['threads']} threads; {max(int(r['rep']) for r in rows)} repetitions)")
+              f"{nthr} threads unless the workload says; {max(int(r['rep']) for r in rows)} repetitions)")
     md.append("")
     body, data = [], []
     lr = {a: [] for a in names}
