@@ -47,29 +47,15 @@ static unsigned pnarenas;   /* its arenas, threads bound round-robin */
 static atomic_uint next_arena;
 static atomic_int ready;
 #define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (tls.h) */
-/* The preload chunk this thread last freed into: free() of an address in
- * it needs no table lookup.  Preload chunks are never released (the hooks
- * refuse dalloc, and rdma_heap_destroy refuses the preload heap), so the
- * range stays the preload heap's for the life of the process. */
-static RDMALLOC_TLS struct {
-	uintptr_t base;
-	size_t size;
-} tl_chunk;
 
-static inline int in_last_chunk(const void *p)
+/* Memory of a preload chunk: one bit of the address map (addrmap.h), for
+ * every chunk of the heap, whichever thread's arena it belongs to.  Preload
+ * chunks are never released (the hooks refuse dalloc, and
+ * rdma_heap_destroy refuses the preload heap), so a pointer the drop-in
+ * returned keeps its bit for the life of the process. */
+static inline int preload_memory(const void *p)
 {
-	return (uintptr_t)p - tl_chunk.base < tl_chunk.size;
-}
-
-/* The chunk of @p, or NULL; a preload chunk becomes this thread's last. */
-static struct rdmalloc_chunk *chunk_of(const void *p)
-{
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
-	if (c && c->heap == pheap) {
-		tl_chunk.base = c->base;
-		tl_chunk.size = c->size;
-	}
-	return c;
+	return rdmalloc_addrmap_is_auto(p);
 }
 
 struct rdmalloc_heap *rdmalloc_preload_heap(void)
@@ -195,7 +181,7 @@ static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, 
 	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 }
 
-/* free() of anything outside this thread's last preload chunk. */
+/* free() of anything but preload memory. */
 static __attribute__((noinline)) void free_slow(void *p)
 {
 	if (!p)
@@ -204,10 +190,8 @@ static __attribute__((noinline)) void free_slow(void *p)
 		rdmalloc_nest_free(p); /* allocated inside a verbs call */
 		return;
 	}
-	struct rdmalloc_chunk *c = chunk_of(p);
-	if (likely(c && c->heap == pheap))
-		rdmalloc_auto_free(p); /* preload memory: the automatic cache may hold it */
-	else if (c)
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
+	if (c && c->heap != pheap) /* preload chunks were caught by preload_memory() */
 		rdmalloc_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
 	else
 		not_ours("free", p);
@@ -216,8 +200,8 @@ static __attribute__((noinline)) void free_slow(void *p)
 PRELOAD_API void free(void *p)
 {
 	/* NULL is in no chunk: it takes the slow path. */
-	if (likely(in_last_chunk(p)))
-		rdmalloc_auto_free(p); /* preload memory: the automatic cache may hold it */
+	if (likely(preload_memory(p)))
+		rdmalloc_auto_free(p); /* the automatic cache may hold it */
 	else
 		free_slow(p);
 }
@@ -231,7 +215,7 @@ static size_t usable(void *p)
 {
 	if (rdmalloc_nest_owns(p))
 		return rdmalloc_nest_usable(p);
-	if (!chunk_of(p))
+	if (!preload_memory(p) && !rdmalloc_addrmap_lookup(p))
 		not_ours("malloc_usable_size", p);
 	return rdmalloc_auto_usable_size(p);
 }
@@ -258,7 +242,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		free(p);
 		return NULL;
 	}
-	if (likely(fast() && in_last_chunk(p))) { /* never inside a hook, never the nest's */
+	if (likely(fast() && preload_memory(p))) { /* never inside a hook, never the nest's */
 		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
 		if (unlikely(!q) && rdmalloc_heaps_relieve())
 			q = rdmalloc_auto_realloc(p, size);
@@ -268,8 +252,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	if (rdmalloc_tl_in_verbs || rdmalloc_nest_owns(p))
 		return realloc_moving(p, size);
-	struct rdmalloc_chunk *c = chunk_of(p);
-	if (c && c->heap == pheap) {
+	if (preload_memory(p)) { /* on a thread that is not bound */
 		int tries = 2;
 		void *q;
 		do /* once more after a relief of memory pressure */
@@ -280,9 +263,10 @@ PRELOAD_API void *realloc(void *p, size_t size)
 			errno = ENOMEM;
 		return q;
 	}
-	if (c) /* an rdma_* heap: stay in it */
-		return rdmalloc_api_realloc(c->heap, p, c->heap, size);
-	not_ours("realloc", p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
+	if (!c)
+		not_ours("realloc", p);
+	return rdmalloc_api_realloc(c->heap, p, c->heap, size); /* an rdma_* heap: stay in it */
 }
 
 PRELOAD_API void *reallocarray(void *p, size_t n, size_t size)

@@ -288,6 +288,7 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 
 void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h)
 {
+	h->spec.auto_cache = 1;
 	atomic_store_explicit(&h->auto_tcache, 1, memory_order_release);
 }
 

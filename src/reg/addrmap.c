@@ -8,12 +8,21 @@
 #include "os.h"
 
 _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
+unsigned char *rdmalloc_addrmap_auto;
+uintptr_t rdmalloc_addrmap_auto_end;
+
+#define AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
 
 #define L2_MASK ((1u << RDMALLOC_L2_BITS) - 1)
 
 struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p)
 {
 	return rdmalloc_addrmap_lookup(p);
+}
+
+int rdmalloc_addrmap_auto_find(const void *p)
+{
+	return rdmalloc_addrmap_is_auto(p);
 }
 
 static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
@@ -31,10 +40,13 @@ static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
 
 static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 {
+	unsigned char *mark = c->spec->auto_cache ? rdmalloc_addrmap_auto : NULL;
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE) {
 		rdmalloc_addrmap_entry_t *leaf = leaf_of(a, 0);
 		atomic_store_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & L2_MASK], val,
 				      memory_order_release);
+		if (mark)
+			__atomic_store_n(&mark[a >> RDMALLOC_GRANULE_SHIFT], val != NULL, __ATOMIC_RELEASE);
 	}
 }
 
@@ -48,6 +60,13 @@ int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
 		if (!leaf_of(a, 1))
 			return ENOMEM;
+	if (c->spec->auto_cache && !rdmalloc_addrmap_auto) { /* the chunk lock orders writers */
+		void *m = rdmalloc_os_reserve(AUTO_GRANULES);
+		if (!m)
+			return ENOMEM;
+		__atomic_store_n(&rdmalloc_addrmap_auto, (unsigned char *)m, __ATOMIC_RELAXED);
+		__atomic_store_n(&rdmalloc_addrmap_auto_end, AUTO_GRANULES, __ATOMIC_RELEASE);
+	}
 	set_range(c, c);
 	return 0;
 }

@@ -49,8 +49,32 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 	return c;
 }
 
-/* Out-of-line copy for the unit tests. */
+/*
+ * The granules of chunks whose spec has `auto_cache` (the drop-in's heap,
+ * whose memory goes through the thread's automatic cache and is never
+ * released): one byte each, so that the drop-in's free() tells its own
+ * memory from anything else with one load, however many chunks there are.
+ * 2^27 bytes of address space, reserved on the first such chunk and
+ * touched only where bytes are set or read (one page per 8 GiB of address
+ * space).  rdmalloc_addrmap_auto_end is 0 until the map exists, then its
+ * size.  A byte is set before the chunk is returned to jemalloc, hence
+ * before any pointer into it exists, and cleared only when the chunk is
+ * unpublished (nothing of it is allocated then).
+ */
+/* (__atomic_* on plain objects: GCC loads _Atomic ones through an extra lea) */
+extern unsigned char *rdmalloc_addrmap_auto;
+extern uintptr_t rdmalloc_addrmap_auto_end;
+static inline int rdmalloc_addrmap_is_auto(const void *p)
+{
+	uintptr_t g = (uintptr_t)p >> RDMALLOC_GRANULE_SHIFT;
+	if (unlikely(g >= __atomic_load_n(&rdmalloc_addrmap_auto_end, __ATOMIC_ACQUIRE)))
+		return 0;
+	return __atomic_load_n(&__atomic_load_n(&rdmalloc_addrmap_auto, __ATOMIC_RELAXED)[g], __ATOMIC_RELAXED);
+}
+
+/* Out-of-line copies for the unit tests. */
 RDMALLOC_TESTABLE struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p);
+RDMALLOC_TESTABLE int rdmalloc_addrmap_auto_find(const void *p);
 /* Publish every granule of @c (chunk lock held): 0 or ENOMEM, nothing
  * published on failure. */
 int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c);

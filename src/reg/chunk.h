@@ -52,6 +52,9 @@ struct rdmalloc_chunk_spec {
 	_Atomic unsigned int access; /* registration flags, implied bits included (written under the PD lock) */
 	unsigned int flags;          /* RDMA_HEAP_*, fixed */
 	int gives_back;              /* its idle chunks are given back (fixed): not ODP */
+	int auto_cache;              /* its memory goes through the automatic thread cache and its
+					chunks are never released (the drop-in's heap; fixed before
+					its first chunk): marked in rdmalloc_addrmap_auto */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation(): bumped by access changes
 					(heap layer) and by chunks given back (chunk layer) */
 };

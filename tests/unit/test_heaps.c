@@ -16,6 +16,7 @@
 #include "fake_verbs.h"
 #include "rdma_malloc.h"
 #include "addrmap.h"
+#include "heap.h"
 
 static void with_device(void)
 {
@@ -194,4 +195,50 @@ Test(heaps, lookups_race_with_allocation, .timeout = 60)
 	for (int i = 0; i < 3; i++)
 		pthread_join(t[i], NULL);
 	cr_assert_eq(atomic_load(&lookup_errors), 0);
+}
+
+/* The drop-in's free() trusts the address map's auto marks (addrmap.h):
+ * every byte of a chunk of an automatic-cache heap is marked, nothing
+ * else is, however many chunks and heaps there are. */
+Test(heaps, auto_marks_cover_exactly_the_auto_heaps_chunks)
+{
+	int err = 0;
+	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, 0, -1, &err);
+	cr_assert(h, "%s", strerror(err));
+	rdmalloc_heap_set_auto_tcache(h);
+	rdma_heap_t *plain = rdma_heap_create(NULL);
+	cr_assert(plain);
+	enum { N = 24 };
+	void *a[N], *b[N];
+	for (int i = 0; i < N; i++) { /* several chunks each, interleaved in the address space */
+		size_t n = (size_t)1 << (12 + i % 10);
+		a[i] = rdma_heap_malloc((rdma_heap_t *)h, n);
+		b[i] = rdma_heap_malloc(plain, n);
+		cr_assert(a[i] && b[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		struct rdmalloc_chunk *c = rdmalloc_addrmap_find(a[i]);
+		cr_assert(c && c->heap == h);
+		cr_assert(rdmalloc_addrmap_auto_find((void *)c->base));
+		cr_assert(rdmalloc_addrmap_auto_find((void *)(c->base + c->size - 1)));
+		cr_assert(rdmalloc_addrmap_auto_find(a[i]));
+		c = rdmalloc_addrmap_find(b[i]);
+		cr_assert(c && c->heap != h);
+		cr_assert_not(rdmalloc_addrmap_auto_find((void *)c->base));
+		cr_assert_not(rdmalloc_addrmap_auto_find((void *)(c->base + c->size - 1)));
+	}
+	void *def = rdma_malloc(100);
+	int local;
+	cr_assert_not(rdmalloc_addrmap_auto_find(def));
+	cr_assert_not(rdmalloc_addrmap_auto_find(&local));
+	cr_assert_not(rdmalloc_addrmap_auto_find(NULL));
+	cr_assert_not(rdmalloc_addrmap_auto_find((void *)UINTPTR_MAX));
+	cr_assert_not(rdmalloc_addrmap_auto_find((void *)((uintptr_t)1 << 48)));
+	rdma_free(def);
+	for (int i = 0; i < N; i++) {
+		rdma_free(a[i]);
+		rdma_free(b[i]);
+	}
+	cr_assert_eq(rdma_heap_destroy(plain), 0);
+	cr_assert_eq(rdma_heap_destroy((rdma_heap_t *)h), EINVAL, "an automatic-cache heap is never destroyed");
 }
