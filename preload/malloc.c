@@ -206,6 +206,16 @@ PRELOAD_API void free(void *p)
 		free_slow(p);
 }
 
+void rdmalloc_preload_free_sized(void *p, size_t size)
+{
+	if (unlikely(!preload_memory(p)))
+		free_slow(p);
+	else if (likely(size))
+		rdmalloc_auto_free_sized(p, size);
+	else
+		rdmalloc_auto_free(p); /* new(0): malloc(0) made a block of 1 byte */
+}
+
 PRELOAD_API void cfree(void *p)
 {
 	free(p);
@@ -345,6 +355,9 @@ PRELOAD_API int malloc_trim(size_t pad)
 	return rdma_malloc_trim() > 0;
 }
 
+void *rdmalloc_preload_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
+void *rdmalloc_preload_aligned_alloc(size_t, size_t) __attribute__((alias("aligned_alloc"), copy(aligned_alloc)));
+void rdmalloc_preload_free(void *) __attribute__((alias("free"), copy(free)));
 PRELOAD_API void *__libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
 PRELOAD_API void *__libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
 PRELOAD_API void *__libc_realloc(void *, size_t) __attribute__((alias("realloc"), copy(realloc)));

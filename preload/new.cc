@@ -7,18 +7,12 @@
 
 #include "preload.h"
 
-extern "C" {
-void *malloc(std::size_t);
-void free(void *);
-void *aligned_alloc(std::size_t, std::size_t);
-}
-
 namespace {
 
 void *alloc_or_throw(std::size_t n, std::size_t align)
 {
 	for (;;) {
-		void *p = align ? aligned_alloc(align, n) : malloc(n);
+		void *p = align ? rdmalloc_preload_aligned_alloc(align, n) : rdmalloc_preload_malloc(n);
 		if (p)
 			return p;
 		std::new_handler h = std::get_new_handler();
@@ -54,15 +48,17 @@ PRELOAD_API void *operator new[](std::size_t n, std::align_val_t a, const std::n
 	return alloc_or_null(n, static_cast<std::size_t>(a));
 }
 
-PRELOAD_API void operator delete(void *p) noexcept { free(p); }
-PRELOAD_API void operator delete[](void *p) noexcept { free(p); }
-PRELOAD_API void operator delete(void *p, std::size_t) noexcept { free(p); }
-PRELOAD_API void operator delete[](void *p, std::size_t) noexcept { free(p); }
-PRELOAD_API void operator delete(void *p, std::align_val_t) noexcept { free(p); }
-PRELOAD_API void operator delete[](void *p, std::align_val_t) noexcept { free(p); }
-PRELOAD_API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { free(p); }
-PRELOAD_API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { free(p); }
-PRELOAD_API void operator delete(void *p, const std::nothrow_t &) noexcept { free(p); }
-PRELOAD_API void operator delete[](void *p, const std::nothrow_t &) noexcept { free(p); }
-PRELOAD_API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { free(p); }
-PRELOAD_API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { free(p); }
+PRELOAD_API void operator delete(void *p) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete[](void *p) noexcept { rdmalloc_preload_free(p); }
+// The size is operator new's, hence malloc's (the aligned forms below
+// keep free: their blocks' size classes depend on the alignment too).
+PRELOAD_API void operator delete(void *p, std::size_t n) noexcept { rdmalloc_preload_free_sized(p, n); }
+PRELOAD_API void operator delete[](void *p, std::size_t n) noexcept { rdmalloc_preload_free_sized(p, n); }
+PRELOAD_API void operator delete(void *p, std::align_val_t) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete[](void *p, std::align_val_t) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete(void *p, std::size_t, std::align_val_t) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete(void *p, const std::nothrow_t &) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete[](void *p, const std::nothrow_t &) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete(void *p, std::align_val_t, const std::nothrow_t &) noexcept { rdmalloc_preload_free(p); }
+PRELOAD_API void operator delete[](void *p, std::align_val_t, const std::nothrow_t &) noexcept { rdmalloc_preload_free(p); }

@@ -59,6 +59,12 @@ static inline void rdmalloc_auto_free(void *p)
 	je_free(p);
 }
 
+/* free() of a block that malloc(@size) returned: no size lookup. */
+static inline void rdmalloc_auto_free_sized(void *p, size_t size)
+{
+	je_sdallocx(p, size, 0);
+}
+
 static inline size_t rdmalloc_auto_usable_size(void *p)
 {
 	return je_malloc_usable_size(p);

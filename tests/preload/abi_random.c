@@ -705,6 +705,8 @@ static void edges(struct thread *t)
 		p_cfree(NULL);
 	abi_delete(ABI_DELETE, NULL, 0, 0);
 	abi_delete(ABI_DELETE_ARR_AL, NULL, 0, 64);
+	abi_delete(ABI_DELETE_SIZED, NULL, 16, 0); /* the size of a null pointer means nothing */
+	abi_delete(ABI_DELETE_ARR_SIZED, NULL, 0, 0);
 	int bad = abi_new_exhaustion();
 	t->calls[F_NEW]++;
 	if (bad)
