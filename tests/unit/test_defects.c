@@ -137,13 +137,15 @@ Test(defects, item3_refused_detach_keeps_the_default_pd, .init = cr_redirect_std
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
-static atomic_int flipping;
+static atomic_int flipping, overlapped;
 
-/* P and Q take turns in the same PD slot. */
+/* P and Q take turns in the same PD slot: 20000 times, and on until a
+ * lookup has overlapped an attachment of P (a loaded machine may not
+ * schedule the two threads together for a while), within bounds. */
 static void *flip_pds(void *arg)
 {
 	(void)arg;
-	for (int i = 0; i < 20000 && atomic_load(&flipping); i++) {
+	for (int i = 0; (i < 20000 || !atomic_load(&overlapped)) && i < 4000000 && atomic_load(&flipping); i++) {
 		struct ibv_pd *pd = fake_pd(1 + (i & 1));
 		cr_assert_eq(rdma_malloc_attach_pd(pd), 0);
 		cr_assert_eq(rdma_malloc_detach_pd(pd), 0);
@@ -174,6 +176,7 @@ Test(defects, item3_lookup_racing_detach_gives_keys_of_its_pd, .timeout = 120)
 			continue;
 		}
 		found++;
+		atomic_store(&overlapped, 1);
 		if (fake_pd_of_lkey(l) != p || k != (0x80000000u | (l + 1))) {
 			bad++;
 			bad_l = l, bad_k = k;
