@@ -251,7 +251,7 @@ static void *w_xthread(struct worker *w)
 
 static void *w_falseshare(struct worker *w)
 {
-	size_t ops = scaled(4000);
+	size_t ops = scaled(20000);
 	pthread_barrier_wait(&barrier);
 	free(w->object);
 	for (size_t i = 0; i < ops; i++) {
