@@ -6,8 +6,10 @@
  * publish in the address map; and the reverse); and the walks that attach,
  * detach and re-register every chunk.  One registration is region.c's job.
  *
- * Chunks are created only from the alloc extent hook and released only when
- * their heap is destroyed.  In between, a chunk jemalloc has decommitted
+ * Chunks are created from the alloc extent hook, or ahead of it for a
+ * heap's reserve (reserve.c: RESERVED until the hook takes it, see
+ * take_reserved), and released only when their heap is destroyed (or, a
+ * reserve, when dropped).  In between, a chunk jemalloc has decommitted
  * entirely is idle: it may be given back (deregistered from every PD, its
  * pages returned, the range kept for jemalloc) and taken back by a later
  * commit (registered anew).  A registered page is never purged, decommitted
