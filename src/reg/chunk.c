@@ -394,12 +394,22 @@ static int in_step(const struct rdmalloc_chunk *c)
  * registered with counted in pd_users for the caller (*@used), which then
  * owns it as a creator owns a chunk it made (a detach waits for it).
  * *@resync: its registrations must change first.  NULL when there is none
- * that fits: the thread replaces a mispredicted one (reserve.c).
+ * that fits: the thread replaces a mispredicted one (reserve.c).  When the
+ * thread is making exactly this chunk, growth outran it: waiting for the
+ * rest of that registration beats starting one of our own
+ * (reserve_waits).  The thread needs no lock of jemalloc's, and a fork
+ * child has none to wait for (reserves_forget).
  */
 static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, size_t size, size_t align,
 					    unsigned *used, int *resync)
 {
 	rdmalloc_chunk_lock();
+	struct rdmalloc_reserve *r = &spec->reserve;
+	if (!r->ready && r->filling && r->fill_size == size && !r->closed) {
+		STAT_INC(reserve_waits);
+		while (!r->ready && r->filling && r->fill_size == size)
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	}
 	struct rdmalloc_chunk *c = spec->reserve.ready;
 	if (!c || c->size != size || (c->base & (align - 1)) || c->busy) {
 		rdmalloc_chunk_unlock();

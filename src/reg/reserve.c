@@ -150,6 +150,7 @@ static void *registrar(void *arg)
 			continue;
 		int stale = r->ready != NULL; /* mispredicted: it goes */
 		r->filling = 1;
+		r->fill_size = size;
 		r->cancelled = 0;
 		fills++;
 		rdmalloc_chunk_unlock();
@@ -164,6 +165,7 @@ static void *registrar(void *arg)
 		}
 		rdmalloc_chunk_lock();
 		r->filling = 0;
+		r->fill_size = 0;
 		fills--;
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* close and drop may wait for it */
 	}

@@ -141,6 +141,42 @@ Test(reserve, growth_hands_over_the_reserve)
 	cr_assert_eq(st.mrs, fake_live_mrs());
 }
 
+static void *grow_once(void *h)
+{
+	return grow(h);
+}
+
+/* Growth that outruns the thread waits for the rest of the registration
+ * under way (counted), rather than registering a chunk of its own and
+ * wasting that one. */
+Test(reserve, growth_waits_for_the_chunk_being_made)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	fake_block_next_reg();
+	grow(h); /* hand-over; the thread blocks inside ibv_reg_mr for the next one */
+	fake_wait_blocked();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, grow_once, h), 0);
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	for (int i = 0; i < 100 && stats().reserve_waits == 0; i++)
+		nanosleep(&ts, NULL);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_waits, 1, "the growth did not wait for the chunk being made");
+	cr_assert_eq(st.inline_chunks + st.reserve_hits, 2, "a growth went by meanwhile");
+	fake_release_reg();
+	void *p;
+	pthread_join(t, &p);
+	cr_assert(fake_find(fake_pd(0), p));
+	st = stats();
+	cr_assert_eq(st.inline_chunks, 1);
+	cr_assert_eq(st.reserve_hits, 2);
+	cr_assert_eq(st.reserve_discards, 0);
+	check_accounting(1);
+}
+
 /* A growth of another size than predicted (one large block) registers
  * inline, counted; the thread replaces the stale reserve (counted) with one
  * for the size that follows, which the next growth takes. */
