@@ -549,7 +549,7 @@ if gr:
               "(`growth.c`), after the first 16 MiB: `reserve` = rdma_malloc + keys with the next chunk "
               "registered ahead (RDMALLOC_RESERVE=1), `off` = the same, the allocation that grows the heap "
               "registering (RDMALLOC_RESERVE=0), `regmr` = malloc + ibv_reg_mr per buffer. Medians over "
-              "the repetitions, interleaved. `grown` = the reserve's run on a heap already grown: no "
+              "the repetitions, interleaved. `grown` = the reserve's run on a heap grown and freed beforehand: (almost) no "
               "growth, the machine's own floor.")
     md.append("")
     body = []
