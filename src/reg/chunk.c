@@ -334,7 +334,8 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	}
 	return c;
 fail:
-	if (rdmalloc_region_deregister_all(c) == 0) {
+	/* dereg_failed: a region went with a detached PD but stayed registered. */
+	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed)) {
 		if (p)
 			rdmalloc_os_unmap(p, map_size);
 	} else {
@@ -360,7 +361,9 @@ fail:
  * let go of the PDs in @used. */
 static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 {
-	if (rdmalloc_region_deregister_all(c) == 0)
+	/* Never unmapped when a region of it could not be deregistered, now
+	 * or earlier (a detach walk): the NIC may still write those pages. */
+	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed))
 		rdmalloc_os_unmap((void *)c->base, c->map_size);
 	else
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",

@@ -137,6 +137,7 @@ static void *registrar(void *arg)
 	 * heap it serves: marked as a hook is, the drop-in serves it from its
 	 * nest (preload/nest.c). */
 	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
+	pthread_setname_np(pthread_self(), "rdmalloc-reserv"); /* 15 characters: the kernel's limit */
 	rdmalloc_chunk_lock();
 	for (;;) {
 		struct rdmalloc_reserve *r = dequeue();
