@@ -35,6 +35,7 @@ if [ $mode = quick ]; then
 	fp_live=32M fp_configs=(0:4k 0:huge)
 	phases_args=(--long 16M --burst 64M --phases 2)
 	startup_reps=3 startup_methods=exec,verbs,rdmalloc,rdmalloc-nodev
+	growth_reps=1 growth_args=(--total 48M)
 else
 	keys_args=(--ptrs 16384 --lookups 200000 --reps 7 --regmr-iters 300)
 	msg_args=(--reps 5 --min-ms 100 --min-msgs 5)
@@ -42,6 +43,7 @@ else
 	fp_live=256M fp_configs=(0:4k 2M:4k 8M:4k 32M:4k 128M:4k 0:huge 8M:huge)
 	phases_args=(--long 64M --burst 384M --phases 3)
 	startup_reps=15 startup_methods=exec,malloc,devices,verbs,rdmalloc,rdmalloc-nodev
+	growth_reps=5 growth_args=(--total 256M)
 fi
 threads="1,$nproc"
 
@@ -67,6 +69,18 @@ run phases-guest phases.csv "$b/rdmalloc-bench-phases" --header --env guest "${p
 for spec in "$@"; do
 	[ "${spec%%=*}" = jemalloc ] && run phases-guest-jemalloc phases.csv env LD_PRELOAD="${spec#*=}" \
 		"$b/rdmalloc-bench-phases" --header --env guest --plain --alloc jemalloc "${phases_args[@]}"
+done
+
+# Growth latency: reserve on, off, malloc + ibv_reg_mr, and no growth at
+# all (the machine's floor), interleaved.
+echo "@@CSV growth.csv env,mode,rep,total_mib,allocs,measured,work_us,p50_ns,p99_ns,p999_ns,max_ns,inline_chunks,reserve_hits,reserve_waits,reserve_discards,seconds"
+growth_modes=(reserve off regmr grown)
+for rep in $(seq 1 $growth_reps); do
+	for i in 0 1 2 3; do
+		m=${growth_modes[$(((i + rep) % 4))]}
+		run "growth-guest-$m" growth.csv env RDMALLOC_LOG_LEVEL=error "$b/rdmalloc-bench-growth" \
+			--env guest --mode $m --rep $rep "${growth_args[@]}"
+	done
 done
 
 # Allocators, interleaved; registration is active for rdmalloc's preload.

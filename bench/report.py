@@ -547,6 +547,47 @@ else:
     md.append("Not measured.")
     md.append("")
 
+# ------------------------------------------------------------------ 6. growth
+gr = read("growth.csv")
+md.append("## 6. Growth latency")
+md.append("")
+if gr:
+    info = gr[0]
+    md.append(f"Latency of each allocation (buffer usable for RDMA) while a heap grows to "
+              f"{info['total_mib']} MiB of live {info.get('work_us', '?')}-µs-apart message buffers "
+              "(`growth.c`), after the first 16 MiB: `reserve` = rdma_malloc + keys with the next chunk "
+              "registered ahead (RDMALLOC_RESERVE=1), `off` = the same, the allocation that grows the heap "
+              "registering (RDMALLOC_RESERVE=0), `regmr` = malloc + ibv_reg_mr per buffer. Medians over "
+              "the repetitions, interleaved. `grown` = the reserve's run on a heap grown and freed beforehand: (almost) no "
+              "growth, the machine's own floor.")
+    md.append("")
+    body = []
+    res = {}
+    for env in sorted({r["env"] for r in gr}):
+        for m in ("reserve", "off", "regmr", "grown"):
+            mr = [r for r in gr if r["env"] == env and r["mode"] == m]
+            if not mr:
+                continue
+            v = {k: med(mr, k) for k in ("p50_ns", "p99_ns", "p999_ns", "max_ns", "inline_chunks", "reserve_hits",
+                                         "reserve_waits")}
+            res[(env, m)] = v
+            body.append([env, m, str(len(mr)), fmt(v["p50_ns"] / 1000, 1), fmt(v["p99_ns"] / 1000, 1),
+                         fmt(v["p999_ns"] / 1000, 1), fmt(v["max_ns"] / 1000, 0),
+                         fmt(ratio(v["max_ns"], v["p50_ns"]), 0), fmt(v["inline_chunks"], 0),
+                         fmt(v["reserve_hits"], 0), fmt(v["reserve_waits"], 0)])
+    table(["env", "mode", "reps", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "max / p50",
+           "chunks registered inline", "reserve hits", "of which waited"], body)
+    for env in sorted({k[0] for k in res}):
+        v = res.get((env, "reserve"))
+        if v:
+            r_ = ratio(v["max_ns"], v["p50_ns"])
+            verdict(f"6. growth: max allocation latency within 10x of p50 with the reserve ({env})",
+                    "met" if r_ is not None and r_ <= 10 else "not met",
+                    f"max {fmt(v['max_ns'] / 1000, 0)} µs, p50 {fmt(v['p50_ns'] / 1000, 1)} µs: {fmt(r_, 0)}x")
+else:
+    md.append("Not measured.")
+    md.append("")
+
 # ------------------------------------------------------------------ verdicts
 md.append("## Verdicts")
 md.append("")

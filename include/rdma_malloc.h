@@ -539,7 +539,15 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(chunks_given_back, counter, "idle chunks deregistered and their pages given back") \
 	X(bytes_given_back, counter, "bytes of the chunks given back")             \
 	X(chunks_taken_back, counter, "given-back chunks registered again for reuse (new keys)") \
-	X(pressure_trims, counter, "failed allocations that gave idle memory back and were tried again")
+	X(pressure_trims, counter, "failed allocations that gave idle memory back and were tried again") \
+	X(reserve_hits, counter, "chunks handed to jemalloc from the reserve: registered ahead, off the allocating thread") \
+	X(inline_chunks, counter, "chunks an allocation waited for: registered on the allocating thread (no reserve fitted)") \
+	X(reserve_waits, counter, "growths that waited for the reserve chunk being made (growth outran the thread)") \
+	X(reserve_resyncs, counter, "reserve chunks whose registrations were redone at hand-over (a PD or the access changed)") \
+	X(reserve_discards, counter, "reserve chunks released unused (size mispredicted, memory pressure, trim, heap destroyed)") \
+	X(reserve_skipped, counter, "reserve chunks not made: RDMALLOC_MAX_REGISTERED, or the mapping or a registration failed") \
+	X(reserve_chunks, gauge, "reserve chunks ready: held (counted in chunks) and registered, not yet jemalloc's") \
+	X(reserve_bytes, gauge, "bytes in reserve chunks ready (counted in chunk_bytes)")
 
 #define RDMA_MALLOC_STATS_VERSION 1
 

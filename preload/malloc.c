@@ -140,6 +140,10 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	rdmalloc_fork_register_inner();
 	if (rdmalloc_tl_in_verbs || !ready_thread())
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
+	if (unlikely(tl_bound == RDMALLOC_TL_ERRAND)) { /* a growth wants the reserve's thread (tls.h) */
+		tl_bound = 1;
+		rdmalloc_reserve_start();
+	}
 	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
 	void *p = rdmalloc_mallocx(size ? size : 1, flags);
 	if (!p && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */

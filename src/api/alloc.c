@@ -11,6 +11,15 @@
 #include "init.h"
 #include "log.h"
 #include "addrmap.h"
+#include "reserve.h"
+
+/* A growth asked for the reserve's registration thread: started here,
+ * outside every lock (reserve.h). */
+static inline void start_reserve(void)
+{
+	if (unlikely(rdmalloc_reserve_start_wanted()))
+		rdmalloc_reserve_start();
+}
 
 /* The heap of @ptr; an address that is not ours is fatal, as glibc's free()
  * treats an invalid pointer. */
@@ -30,6 +39,7 @@ static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
 	void *p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
 	if (unlikely(!p) && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */
 		p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
+	start_reserve();
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
 }
@@ -82,6 +92,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	void *q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
 	if (unlikely(!q) && rdmalloc_heaps_relieve())
 		q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
+	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
 }

@@ -282,6 +282,8 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
 				  "grow by jemalloc's default series", grow);
+	} else {
+		h->spec.grow_limit = grow; /* the reserve predicts the series it caps */
 	}
 	return 0;
 }
@@ -393,6 +395,9 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 		if (tc_owner[tc] == h->gen)
 			tcache_destroy_locked(tc);
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
+	/* Its reserve first: no growth comes any more, the thread stops
+	 * working for it, and its chunk goes. */
+	rdmalloc_reserve_close(&h->spec.reserve);
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
 		if (rdmalloc_arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))
 			rdmalloc_fatal("arena.%u.destroy failed", h->arenas[i]);

@@ -37,6 +37,7 @@
 #include "counters.h"
 #include "heap.h"
 #include "os.h"
+#include "reserve.h"
 #include "tls.h"
 
 /* Everything a hook calls that may allocate (libibverbs, libc) runs
@@ -63,7 +64,11 @@ static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_
 	IN_HOOK(c = rdmalloc_chunk_create(h, spec, size, alignment, committed));
 	if (!c)
 		return NULL;
-	*zero = true; /* fresh anonymous mapping */
+	/* The reserve wants its thread, which is started outside every lock:
+	 * a drop-in thread on its next allocation, rdma_* calls on return. */
+	if (unlikely(rdmalloc_reserve_start_wanted()) && rdmalloc_tl.bound == 1)
+		rdmalloc_tl.bound = RDMALLOC_TL_ERRAND;
+	*zero = true; /* fresh anonymous mapping (a reserve chunk too: nobody wrote it) */
 	*commit = committed;
 	return (void *)c->base;
 }

@@ -6,8 +6,10 @@
  * publish in the address map; and the reverse); and the walks that attach,
  * detach and re-register every chunk.  One registration is region.c's job.
  *
- * Chunks are created only from the alloc extent hook and released only when
- * their heap is destroyed.  In between, a chunk jemalloc has decommitted
+ * Chunks are created from the alloc extent hook, or ahead of it for a
+ * heap's reserve (reserve.c: RESERVED until the hook takes it, see
+ * take_reserved), and released only when their heap is destroyed (or, a
+ * reserve, when dropped).  In between, a chunk jemalloc has decommitted
  * entirely is idle: it may be given back (deregistered from every PD, its
  * pages returned, the range kept for jemalloc) and taken back by a later
  * commit (registered anew).  A registered page is never purged, decommitted
@@ -45,6 +47,7 @@
 #include "options.h"
 #include "os.h"
 #include "region.h"
+#include "reserve.h"
 #include "tls.h"
 
 static struct rdmalloc_chunk *all_chunks; /* published chunks */
@@ -222,14 +225,48 @@ static int pressure(int err)
 	return p;
 }
 
-struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
-					     size_t size, size_t alignment, int committed)
+/* Give memory back under pressure: the reserves first (they are nobody's
+ * yet), then idle chunks.  Non-zero when something went.  No lock held. */
+static size_t relieve(void)
 {
-	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
-	if (!is_pow2(align) || size == 0 || size > SIZE_MAX - align) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	size_t bytes = rdmalloc_reserves_drop(1);
+	return bytes + give_back_idle(NULL, 0);
+}
+
+/* Take @c out of the chunk list.  Chunk lock held. */
+static void unlink_chunk(struct rdmalloc_chunk *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		all_chunks = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+}
+
+/* Put @c at the head of the chunk list.  Chunk lock held. */
+static void link_chunk(struct rdmalloc_chunk *c)
+{
+	c->prev = NULL;
+	c->next = all_chunks;
+	if (all_chunks)
+		all_chunks->prev = c;
+	all_chunks = c;
+}
+
+/*
+ * Map @size bytes aligned to @align (a power of two, at least the granule)
+ * for @heap and register them with every attached PD: the chunk,
+ * unpublished, with the chunk lock held (*@used: the PDs counted in
+ * pd_users for the caller), or NULL with errno set and no lock.  An
+ * allocation (@for_r NULL) under memory pressure gives memory back and
+ * tries once more (relieve()); a reserve fill (@for_r) never does, and
+ * keeps for_r->fill_held equal to the bytes it holds meanwhile.
+ */
+static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec, size_t size,
+				   size_t align, struct rdmalloc_reserve *for_r, unsigned *used)
+{
 	int huge = (spec->flags & RDMA_HEAP_HUGEPAGES) != 0;
 	/* What the limit counts: the mapping, which for huge pages is rounded
 	 * up to whole 2 MiB pages (a 1 GiB-page chunk is recounted below). */
@@ -241,28 +278,30 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 	rdmalloc_chunk_lock();
 	int held = hold(want);
 	rdmalloc_chunk_unlock();
-	if (!held) { /* memory pressure: idle chunks go first, then once more */
-		give_back_idle(NULL, 0);
+	if (!held && !for_r) { /* memory pressure: reserves and idle chunks go first, then once more */
+		relieve();
 		rdmalloc_chunk_lock();
 		held = hold(want);
 		rdmalloc_chunk_unlock();
-		if (!held) {
+		if (!held)
 			log_limit(size);
-			errno = ENOMEM;
-			return NULL;
-		}
+	}
+	if (!held) {
+		errno = ENOMEM;
+		return NULL;
 	}
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = desc_alloc();
 	if (!c)
 		held_bytes -= want;
+	else if (for_r)
+		for_r->fill_held = want;
 	rdmalloc_chunk_unlock();
 	if (!c) {
 		errno = ENOMEM;
 		return NULL;
 	}
 	int err = ENOMEM;
-	unsigned used = 0; /* PDs counted in pd_users for us */
 	size_t map_size = size;
 	int kind = RDMALLOC_PAGES_4K;
 	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_os_map_aligned(size, align, RDMALLOC_OS_PAGES);
@@ -274,6 +313,8 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 	if (map_size != want) {
 		rdmalloc_chunk_lock();
 		held_bytes += map_size - want; /* wraps correctly when smaller */
+		if (for_r)
+			for_r->fill_held = map_size;
 		rdmalloc_chunk_unlock();
 	}
 	want = map_size;
@@ -283,31 +324,18 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 	c->page_kind = kind;
 	c->heap = heap;
 	c->spec = spec;
-	err = register_steady(c, &used);
-	if (err && pressure(err) && give_back_idle(NULL, 0))
-		err = register_steady(c, &used); /* idle chunks went back: once more */
+	err = register_steady(c, used);
+	if (err && !for_r && pressure(err) && relieve())
+		err = register_steady(c, used); /* memory went back: once more */
 	if (err) {
-		log_reg_failure(size, err);
+		if (!for_r)
+			log_reg_failure(size, err);
 		goto fail;
 	}
-	if ((err = rdmalloc_addrmap_insert(c)) != 0) {
-		rdmalloc_chunk_unlock();
-		goto fail;
-	}
-	c->next = all_chunks;
-	if (all_chunks)
-		all_chunks->prev = c;
-	all_chunks = c;
-	c->state = RDMALLOC_CHUNK_LIVE;
-	c->committed = committed ? size : 0;
-	c->fresh = !committed;
-	atomic_store_explicit(&c->live_size, size, memory_order_release);
-	count_held(c, 1);
-	pd_users_release(used);
-	rdmalloc_chunk_unlock();
 	return c;
 fail:
-	if (rdmalloc_region_deregister_all(c) == 0) {
+	/* dereg_failed: a region went with a detached PD but stayed registered. */
+	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed)) {
 		if (p)
 			rdmalloc_os_unmap(p, map_size);
 	} else {
@@ -318,11 +346,192 @@ fail:
 	}
 	rdmalloc_chunk_lock();
 	held_bytes -= want;
+	if (for_r)
+		for_r->fill_held = 0;
 	desc_free(c);
-	pd_users_release(used);
+	pd_users_release(*used);
+	*used = 0;
 	rdmalloc_chunk_unlock();
 	errno = err;
 	return NULL;
+}
+
+/* Undo make() of @c, which is in no list (no lock held): deregister,
+ * unmap, un-hold (and out of the stats of chunks held when @counted), and
+ * let go of the PDs in @used. */
+static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
+{
+	/* Never unmapped when a region of it could not be deregistered, now
+	 * or earlier (a detach walk): the NIC may still write those pages. */
+	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed))
+		rdmalloc_os_unmap((void *)c->base, c->map_size);
+	else
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
+			     (void *)c->base, c->map_size);
+	rdmalloc_chunk_lock();
+	held_bytes -= c->map_size;
+	if (counted)
+		count_held(c, -1);
+	desc_free(c);
+	pd_users_release(used);
+	rdmalloc_chunk_unlock();
+}
+
+/* Whether @c's registrations are those a chunk made now would get: the PD
+ * table's, under its heap's access.  Chunk lock held. */
+static int in_step(const struct rdmalloc_chunk *c)
+{
+	unsigned access = rdmalloc_spec_access(c->spec);
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
+		struct ibv_pd *pd = rdmalloc_pd_at(s);
+		if (atomic_load_explicit(&c->reg[s].pd, memory_order_relaxed) != pd ||
+		    (pd && c->reg[s].access != access))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Claim @spec's ready reserve chunk if it is exactly @size bytes, aligned
+ * to @align, and no walk works on it: out of the list, the PDs it is
+ * registered with counted in pd_users for the caller (*@used), which then
+ * owns it as a creator owns a chunk it made (a detach waits for it).
+ * *@resync: its registrations must change first.  NULL when there is none
+ * that fits: the thread replaces a mispredicted one (reserve.c).  When the
+ * thread is making exactly this chunk, growth outran it: waiting for the
+ * rest of that registration beats starting one of our own
+ * (reserve_waits).  The thread needs no lock of jemalloc's, and a fork
+ * child has none to wait for (reserves_forget).
+ */
+static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, size_t size, size_t align,
+					    unsigned *used, int *resync)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_reserve *r = &spec->reserve;
+	if (!r->ready && r->filling && r->fill_size == size && !r->closed) {
+		STAT_INC(reserve_waits);
+		while (!r->ready && r->filling && r->fill_size == size)
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	}
+	struct rdmalloc_chunk *c = spec->reserve.ready;
+	if (!c || c->size != size || (c->base & (align - 1)) || c->busy) {
+		rdmalloc_chunk_unlock();
+		return NULL;
+	}
+	spec->reserve.ready = NULL;
+	unlink_chunk(c);
+	STAT_SUB(reserve_bytes, c->map_size);
+	STAT_SUB(reserve_chunks, 1);
+	*used = registered_pds(c);
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		pd_users[s] += (*used >> s) & 1;
+	*resync = !in_step(c);
+	rdmalloc_chunk_unlock();
+	return c;
+}
+
+struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
+					     size_t size, size_t alignment, int committed)
+{
+	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
+	if (!is_pow2(align) || size == 0 || size > SIZE_MAX - align) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	unsigned used = 0; /* PDs counted in pd_users for us */
+	int resync = 0;
+	struct rdmalloc_chunk *c = take_reserved(spec, size, align, &used, &resync);
+	if (c) {
+		/* A PD or the access may have changed since it was made: in
+		 * step (no verbs call when nothing did), as a new chunk is. */
+		int err = register_steady(c, &used);
+		if (err) {
+			STAT_INC(reserve_discards);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN, "a reserve chunk could not be registered anew at "
+					  "hand-over (%s): released, the chunk is made inline (further ones "
+					  "are only counted in reserve_discards)", strerror(err));
+			unmake(c, used, 1);
+			used = 0;
+			c = NULL;
+		}
+	}
+	int inline_made = !c;
+	if (!c && !(c = make(heap, spec, size, align, NULL, &used)))
+		return NULL;
+	int err = rdmalloc_addrmap_insert(c);
+	if (err) {
+		rdmalloc_chunk_unlock();
+		unmake(c, used, !inline_made);
+		errno = err;
+		return NULL;
+	}
+	link_chunk(c);
+	c->state = RDMALLOC_CHUNK_LIVE;
+	c->committed = committed ? size : 0;
+	c->fresh = !committed;
+	atomic_store_explicit(&c->live_size, size, memory_order_release);
+	if (inline_made) {
+		count_held(c, 1); /* a reserve chunk is counted from when it is made */
+		STAT_INC(inline_chunks);
+	} else {
+		STAT_INC(reserve_hits);
+		if (resync)
+			STAT_INC(reserve_resyncs);
+	}
+	rdmalloc_reserve_grown(spec, heap, size);
+	pd_users_release(used);
+	rdmalloc_chunk_unlock();
+	return c;
+}
+
+int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size)
+{
+	unsigned used = 0;
+	struct rdmalloc_chunk *c = make(r->heap, r->spec, size, RDMALLOC_GRANULE, r, &used);
+	if (!c)
+		return errno ? errno : ENOMEM;
+	r->fill_held = 0; /* the chunk's own from here */
+	if (r->closed || r->cancelled || r->ready || r->next != size) {
+		/* Closed, dropped, or a growth meanwhile predicted another size. */
+		rdmalloc_chunk_unlock();
+		unmake(c, used, 0);
+		STAT_INC(reserve_discards);
+		return 0;
+	}
+	c->state = RDMALLOC_CHUNK_RESERVED;
+	link_chunk(c);
+	r->ready = c;
+	count_held(c, 1); /* held, under the limit too: a chunk like any other */
+	STAT_ADD(reserve_bytes, c->map_size);
+	STAT_INC(reserve_chunks);
+	pd_users_release(used);
+	rdmalloc_chunk_unlock();
+	return 0;
+}
+
+size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
+{
+	rdmalloc_chunk_lock();
+	while (r->ready && r->ready->busy) /* an attach or a detach works on it */
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	struct rdmalloc_chunk *c = r->ready;
+	if (!c) {
+		rdmalloc_chunk_unlock();
+		return 0;
+	}
+	r->ready = NULL;
+	unlink_chunk(c);
+	STAT_SUB(reserve_bytes, c->map_size);
+	STAT_SUB(reserve_chunks, 1);
+	STAT_INC(reserve_discards);
+	/* As a give-back does: a detach waits until its regions are gone. */
+	unsigned used = registered_pds(c);
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		pd_users[s] += (used >> s) & 1;
+	size_t bytes = c->map_size;
+	rdmalloc_chunk_unlock();
+	unmake(c, used, 1);
+	return bytes;
 }
 
 /* Unpublish, deregister, unmap.  No lock held; the caller owns @c (its
@@ -335,15 +544,18 @@ static void release(struct rdmalloc_chunk *c)
 	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
 		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 	int held = c->state != RDMALLOC_CHUNK_GONE;
+	int reserved = c->state == RDMALLOC_CHUNK_RESERVED; /* not published, not in the chunk stats */
+	if (reserved) {
+		c->spec->reserve.ready = NULL;
+		STAT_SUB(reserve_bytes, c->map_size);
+		STAT_SUB(reserve_chunks, 1);
+		STAT_INC(reserve_discards);
+	}
 	c->state = RDMALLOC_CHUNK_RELEASING;
 	atomic_store_explicit(&c->live_size, 0, memory_order_release);
-	rdmalloc_addrmap_remove(c);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		all_chunks = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	if (!reserved)
+		rdmalloc_addrmap_remove(c);
+	unlink_chunk(c);
 	rdmalloc_chunk_unlock();
 	int kept = rdmalloc_region_deregister_all(c) != 0 || atomic_load(&c->dereg_failed);
 	if (kept) {
@@ -472,6 +684,8 @@ static size_t give_back_idle(const struct rdmalloc_heap *heap, int keep)
 
 size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap)
 {
+	if (!heap) /* a trim: registered memory nobody uses, reserves included */
+		rdmalloc_reserves_drop(0);
 	return give_back_idle(heap, 0);
 }
 
@@ -492,7 +706,7 @@ static int take_back(struct rdmalloc_chunk *c)
 {
 	unsigned used = 0;
 	int err = register_steady(c, &used);
-	if (err && pressure(err) && give_back_idle(NULL, 0))
+	if (err && pressure(err) && relieve())
 		err = register_steady(c, &used);
 	if (err) {
 		log_reg_failure(c->size, err);
@@ -529,7 +743,7 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 			log_limit(c->size);
 			return ENOMEM;
 		}
-		give_back_idle(NULL, 0);
+		relieve();
 		rdmalloc_chunk_lock();
 	}
 	if (c->state == RDMALLOC_CHUNK_QUARANTINED) {
@@ -626,14 +840,14 @@ size_t rdmalloc_chunk_release_heap(struct rdmalloc_heap *heap)
 	}
 }
 
-/* The next LIVE chunk whose registration @i is (or, with @is 0, is not)
- * with @pd, or NULL.  Chunks being created, given back or taken back are
- * their own thread's: the PD table's generation and pd_users keep them in
- * step.  Chunk lock held. */
+/* The next LIVE or RESERVED chunk whose registration @i is (or, with @is
+ * 0, is not) with @pd, or NULL.  Chunks being created, given back or taken
+ * back are their own thread's: the PD table's generation and pd_users keep
+ * them in step.  Chunk lock held. */
 static struct rdmalloc_chunk *next_registered(unsigned i, struct ibv_pd *pd, int is)
 {
 	struct rdmalloc_chunk *c = all_chunks;
-	while (c && (c->state != RDMALLOC_CHUNK_LIVE ||
+	while (c && ((c->state != RDMALLOC_CHUNK_LIVE && c->state != RDMALLOC_CHUNK_RESERVED) ||
 		     (atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed) == pd) != is))
 		c = c->next;
 	return c;
@@ -650,6 +864,8 @@ static void walk_enter(struct rdmalloc_chunk *c)
 static void walk_leave(struct rdmalloc_chunk *c)
 {
 	c->busy--;
+	if (c->state == RDMALLOC_CHUNK_RESERVED)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a drop may wait for it */
 }
 
 /* Deregister every published chunk's registration @i with @pd: each is
@@ -886,5 +1102,9 @@ void rdmalloc_chunks_forget_registrations(void)
 			held_bytes -= c->map_size;
 		}
 	}
+	/* Reserve chunks stay, without registrations: a hand-over registers
+	 * them with the child's PDs.  Those the parent's thread was making
+	 * are not the child's. */
+	held_bytes -= rdmalloc_reserves_forget();
 	rdmalloc_implicit_forget();
 }

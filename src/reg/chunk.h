@@ -10,6 +10,7 @@
 
 #include "compiler.h"
 #include "rdma_malloc.h"
+#include "reserve.h"
 
 struct rdmalloc_heap;
 
@@ -57,6 +58,8 @@ struct rdmalloc_chunk_spec {
 					its first chunk): marked in rdmalloc_addrmap_auto */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation(): bumped by access changes
 					(heap layer) and by chunks given back (chunk layer) */
+	size_t grow_limit;           /* its arenas' retain_grow_limit (0: jemalloc's), fixed */
+	struct rdmalloc_reserve reserve; /* the chunk layer's (reserve.h) */
 };
 
 static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec *s)
@@ -77,6 +80,8 @@ enum rdmalloc_chunk_state {
 	RDMALLOC_CHUNK_TAKING,   /* being registered again for a commit */
 	RDMALLOC_CHUNK_RELEASING, /* its heap is being destroyed */
 	RDMALLOC_CHUNK_QUARANTINED, /* a deregistration failed and its pages stayed: never used again */
+	RDMALLOC_CHUNK_RESERVED, /* a reserve's (reserve.h): registered, in the list, not published;
+				    attach and detach walk it, access changes leave it to the hand-over */
 };
 
 /*
@@ -118,7 +123,11 @@ void rdmalloc_chunk_unlock(void);
 
 /*
  * Map @size bytes aligned to max(@alignment, granule) for @heap, register
- * them with every attached PD and publish them.  @committed: whether
+ * them with every attached PD and publish them: the heap's reserve chunk
+ * when it is ready and exactly @size bytes (its registrations first brought
+ * in step with the PD table and the heap's access: reserve_hits,
+ * reserve_resyncs), else made here (inline_chunks); then the reserve is
+ * asked for the next growth.  @committed: whether
  * jemalloc takes it as committed; if not, it commits the parts it uses
  * (rdmalloc_chunk_commit).  NULL with errno ENOMEM when the mapping, a
  * registration or RDMALLOC_MAX_REGISTERED refuses (after giving idle
@@ -154,6 +163,14 @@ size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap);
 RDMALLOC_TESTABLE int rdmalloc_chunk_pin(struct rdmalloc_chunk *c);
 /* Undo one rdmalloc_chunk_pin(); an idle chunk may then be given back. */
 RDMALLOC_TESTABLE void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
+
+/* Make the chunk @r's heap will ask for next, @size bytes, and park it as
+ * @r's ready chunk (the reserve's thread: no lock held).  0 or an errno
+ * value (nothing made; RDMALLOC_MAX_REGISTERED is never relieved for it). */
+int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size);
+/* Release @r's ready chunk, if any (reserve_discards): its bytes.  No lock
+ * held. */
+size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r);
 
 /* Release every chunk of @heap that is left (after arena destroy).  Returns
  * how many there were.  Takes the chunk lock. */

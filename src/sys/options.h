@@ -34,7 +34,9 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	X(STATS, stats, stats, "0",                                              \
 	  "print stats at exit: 0, 1 (text) or json")                            \
 	X(HUGEPAGES, hugepages, bool, "0",                                       \
-	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")
+	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")             \
+	X(RESERVE, reserve, bool, "1",                                           \
+	  "register each heap's next chunk ahead, on a background thread: 0 or 1")
 
 #define RDMALLOC_DEVICE_NAME_MAX 64
 #define RDMALLOC_ARENAS_MAX 16 /* RDMALLOC_PRELOAD_ARENAS */
@@ -51,6 +53,7 @@ struct rdmalloc_options {
 	long decay_ms;
 	int stats;
 	int hugepages;
+	int reserve;
 };
 
 typedef const char *(*rdmalloc_getenv_fn)(const char *name);

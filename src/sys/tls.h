@@ -19,7 +19,8 @@
  */
 struct rdmalloc_tl_state {
 	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
-	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed */
+	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed,
+			 RDMALLOC_TL_ERRAND bound with an errand */
 };
 extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 #define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
@@ -29,6 +30,10 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
  * drop-in treats a hook as a verbs call: its allocations go to the nest. */
 #define RDMALLOC_TL_IN_HOOK 0x10000
 #define rdmalloc_tl_in_hook (rdmalloc_tl.in_verbs >= RDMALLOC_TL_IN_HOOK)
+/* bound: bound, and an errand waits for this thread's next allocation
+ * outside every lock (the reserve's thread to start, which a hook must not
+ * do: reg/reserve.h).  The drop-in's fast path fails on it once. */
+#define RDMALLOC_TL_ERRAND 2
 /* Set when a chunk was refused on this thread for want of memory (the
  * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
  * may give memory back and try again (heap.c, rdmalloc_heaps_relieve). */

@@ -39,6 +39,19 @@
 
 /* Child exit statuses: 0 ok, 1 a check failed, 2 set-up failed. */
 
+/* The stats once every region is a chunk's: the reserve's thread may be
+ * inside ibv_reg_mr for a chunk it has not counted yet (doc/design.md,
+ * "The reserve"); it finishes within seconds. */
+static void stats_settled(struct rdma_malloc_stats *st)
+{
+	for (int i = 0; i < 2000; i++) {
+		rdma_malloc_stats_get(st);
+		if (st->mrs == st->chunks * (st->pds ? st->pds : 1))
+			return;
+		usleep(10000);
+	}
+}
+
 static int child_fail(const char *fmt, const char *what, long a, long b)
 {
 	printf("child: FAIL: ");
@@ -87,7 +100,7 @@ static int fill_once(struct e2e_pair *pair, size_t want, int round)
 			return child_fail("%s: status %ld, block %ld", "RDMA WRITE into a block", st, k), -1;
 	}
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
-	rdma_malloc_stats_get(&st);
+	stats_settled(&st);
 	if (st.mrs != st.chunks)
 		return child_fail("%s: %ld regions, %ld chunks", "regions", (long)st.mrs, (long)st.chunks), -1;
 	for (int i = 0; i < n; i++)
@@ -400,6 +413,7 @@ E2E_TEST(many_threads_many_heaps, 300)
 	}
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	stats_settled(&st);
 	cr_assert_eq(st.heaps, 1, "heaps left: %llu", (unsigned long long)st.heaps);
 	cr_assert_eq(st.mrs, st.chunks * st.pds, "regions %llu, chunks %llu", (unsigned long long)st.mrs,
 		     (unsigned long long)st.chunks);

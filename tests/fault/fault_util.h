@@ -18,11 +18,14 @@
 #include <unistd.h>
 
 #include "fake_verbs.h"
+#include "reserve.h"
 #include "fault.h"
 #include "rdma_malloc.h"
 
+/* Once the reserve's thread is done: counts that hold still. */
 static inline struct rdma_malloc_stats fu_stats(void)
 {
+	rdmalloc_reserves_settle();
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
 	return st;

@@ -26,6 +26,7 @@
 
 #include "chunk.h"
 #include "fake_verbs.h"
+#include "reserve.h"
 #include "fault.h"
 #include "rdma_malloc.h"
 #include "addrmap.h"
@@ -290,6 +291,7 @@ int main(int argc, char **argv)
 			failed++;
 	if (rdma_heap_destroy(phase_heap) != 0)
 		failed++;
+	rdmalloc_reserves_settle(); /* the reserve's thread done: counts hold still */
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 	rdma_malloc_stats_get(&st);
 	if (st.mrs != fake_live_mrs()) {

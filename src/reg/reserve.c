@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reserve.c - the reserves' bookkeeping and their registration thread
+ * (reserve.h; doc/design.md, "The reserve").
+ *
+ * A growth of a heap (the alloc hook, chunk.c) predicts the size of the
+ * next one from jemalloc's growth series and queues the heap's reserve;
+ * one thread for the process makes the chunks, registering them off every
+ * allocating thread, and chunk.c parks them until the hook asks for
+ * exactly that size.  Everything here is under the chunk lock, which the
+ * thread also waits on; it is never held across the thread's verbs calls.
+ * The thread is started outside every lock (reserve.h says why), lazily:
+ * a process that never grows a heap never has it.  A fork child has no
+ * thread: nothing waits for one there, and a later growth starts its own.
+ */
+#include "reserve.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "counters.h"
+#include "lock.h"
+#include "log.h"
+#include "options.h"
+#include "tls.h"
+
+/* 0 never wanted, 1 wanted (a growth happened), 2 started, 3 could not start */
+atomic_int rdmalloc_reserve_thread_state;
+static struct rdmalloc_reserve *reserves;          /* listed: heaps that grew */
+static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, in order */
+static unsigned fills;                              /* chunks being made */
+
+/* jemalloc's page size classes: multiples of the page up to 4 pages, then
+ * 4 per doubling.  The class below or at @s (@up 0) or the next one above
+ * it (@up 1). */
+static size_t page_class(size_t s, int up)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), step = page;
+	if (s >= 4 * page) {
+		size_t group = (size_t)1 << (63 - __builtin_clzll((unsigned long long)s));
+		step = group / 4;
+	}
+	return (s / step + (size_t)up) * step;
+}
+
+size_t rdmalloc_reserve_next_size(size_t last, size_t limit)
+{
+	size_t next = page_class(last, 1);
+	if (limit) {
+		size_t cap = page_class(limit, 0);
+		if (cap && next > cap)
+			next = cap;
+	}
+	return next;
+}
+
+/* Chunk lock held. */
+static void enqueue(struct rdmalloc_reserve *r)
+{
+	if (r->queued)
+		return;
+	r->queued = 1;
+	r->queue_next = NULL;
+	if (queue_last)
+		queue_last->queue_next = r;
+	else
+		queue = r;
+	queue_last = r;
+}
+
+/* Chunk lock held. */
+static struct rdmalloc_reserve *dequeue(void)
+{
+	struct rdmalloc_reserve *r = queue;
+	if (r) {
+		queue = r->queue_next;
+		if (!queue)
+			queue_last = NULL;
+		r->queue_next = NULL;
+		r->queued = 0;
+	}
+	return r;
+}
+
+/* Take @r off the queue and the list (chunk lock held). */
+static void unlist(struct rdmalloc_reserve *r)
+{
+	struct rdmalloc_reserve *q = queue, *prev = NULL;
+	for (; q && q != r; prev = q, q = q->queue_next)
+		;
+	if (q) {
+		if (prev)
+			prev->queue_next = r->queue_next;
+		else
+			queue = r->queue_next;
+		if (queue_last == r)
+			queue_last = prev;
+		r->queued = 0;
+	}
+	struct rdmalloc_reserve **p = &reserves;
+	while (*p && *p != r)
+		p = &(*p)->list_next;
+	if (*p)
+		*p = r->list_next;
+	r->listed = 0;
+}
+
+void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size)
+{
+	struct rdmalloc_reserve *r = &spec->reserve;
+	if (!rdmalloc_opts.reserve || r->closed)
+		return;
+	if (!r->listed) {
+		r->spec = spec;
+		r->heap = heap;
+		r->listed = 1;
+		r->list_next = reserves;
+		reserves = r;
+	}
+	r->next = rdmalloc_reserve_next_size(size, spec->grow_limit);
+	if (r->ready && r->ready->size == r->next)
+		return; /* the series stays at its limit: the one ready is next */
+	enqueue(r);
+	int none = 0;
+	atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &none, 1);
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+}
+
+static void *registrar(void *arg)
+{
+	(void)arg;
+	/* What it allocates (libibverbs, inside ibv_reg_mr) must never grow a
+	 * heap it serves: marked as a hook is, the drop-in serves it from its
+	 * nest (preload/nest.c). */
+	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
+	pthread_setname_np(pthread_self(), "rdmalloc-reserv"); /* 15 characters: the kernel's limit */
+	rdmalloc_chunk_lock();
+	for (;;) {
+		struct rdmalloc_reserve *r = dequeue();
+		if (!r) {
+			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* settled (rdmalloc_reserves_settle) */
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+			continue;
+		}
+		size_t size = r->next;
+		if (r->closed || !size || (r->ready && r->ready->size == size))
+			continue;
+		int stale = r->ready != NULL; /* mispredicted: it goes */
+		r->filling = 1;
+		r->fill_size = size;
+		r->cancelled = 0;
+		fills++;
+		rdmalloc_chunk_unlock();
+		if (stale)
+			rdmalloc_chunk_drop_reserve(r);
+		int err = rdmalloc_chunk_fill_reserve(r, size);
+		if (err) {
+			STAT_INC(reserve_skipped);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN, "a %zu-byte reserve chunk could not be made (%s): the "
+					  "heap's next growth registers inline (further ones are only counted "
+					  "in reserve_skipped)", size, strerror(err));
+		}
+		rdmalloc_chunk_lock();
+		r->filling = 0;
+		r->fill_size = 0;
+		fills--;
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* close and drop may wait for it */
+	}
+	return NULL;
+}
+
+void rdmalloc_reserve_start(void)
+{
+	int wanted = 1;
+	if (!atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &wanted, 2))
+		return;
+	/* Signals are the program's threads' business. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_t attr;
+	pthread_t t;
+	int err = pthread_attr_init(&attr);
+	if (!err) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		err = pthread_create(&t, &attr, registrar, NULL);
+		pthread_attr_destroy(&attr);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		atomic_store(&rdmalloc_reserve_thread_state, 3);
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot start the reserve's registration thread (%s): every "
+				  "chunk is registered by the allocation that needs it (counted in "
+				  "inline_chunks)", strerror(err));
+	}
+}
+
+void rdmalloc_reserve_close(struct rdmalloc_reserve *r)
+{
+	rdmalloc_chunk_lock();
+	r->closed = 1;
+	unlist(r);
+	while (r->filling)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	rdmalloc_chunk_unlock();
+	rdmalloc_chunk_drop_reserve(r);
+}
+
+size_t rdmalloc_reserves_drop(int wait)
+{
+	rdmalloc_chunk_lock();
+	while (dequeue()) /* given up: the next growth asks again */
+		;
+	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next)
+		r->cancelled |= r->filling;
+	while (wait && fills)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	size_t bytes = 0;
+	for (;;) {
+		struct rdmalloc_reserve *r = reserves;
+		while (r && !r->ready)
+			r = r->list_next;
+		rdmalloc_chunk_unlock();
+		if (!r)
+			return bytes;
+		bytes += rdmalloc_chunk_drop_reserve(r);
+		rdmalloc_chunk_lock();
+	}
+}
+
+void rdmalloc_reserves_settle(void)
+{
+	rdmalloc_chunk_lock();
+	while (fills || (queue && atomic_load(&rdmalloc_reserve_thread_state) == 2))
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	rdmalloc_chunk_unlock();
+}
+
+size_t rdmalloc_reserves_forget(void)
+{
+	size_t held = 0;
+	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
+		held += r->fill_held;
+		r->fill_held = 0;
+		if (r->filling) { /* made again when the child grows */
+			r->filling = 0;
+			r->next = 0;
+		}
+	}
+	fills = 0;
+	int state = atomic_load(&rdmalloc_reserve_thread_state);
+	atomic_store(&rdmalloc_reserve_thread_state, state == 2 ? (queue ? 1 : 0) : state);
+	return held;
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reserve.h - each heap's reserve: the chunk its next growth will ask for,
+ * mapped and registered ahead by a background thread, so that an
+ * allocation waits for ibv_reg_mr only when growth outruns it
+ * (doc/design.md, "The reserve").  This file predicts the next size,
+ * queues the work and runs the thread; chunk.c makes, parks, hands over
+ * and drops the reserve's chunks.
+ */
+#ifndef RDMALLOC_RESERVE_H
+#define RDMALLOC_RESERVE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "compiler.h"
+
+struct rdmalloc_chunk;
+struct rdmalloc_chunk_spec;
+struct rdmalloc_heap;
+
+/*
+ * One heap's reserve, inside its chunk spec (zeroed with the heap).  Under
+ * the chunk lock, but for spec and heap, set at its first growth.
+ */
+struct rdmalloc_reserve {
+	struct rdmalloc_chunk_spec *spec;
+	struct rdmalloc_heap *heap;
+	struct rdmalloc_chunk *ready; /* RDMALLOC_CHUNK_RESERVED, in the chunk list; or NULL */
+	size_t next;    /* the size predicted for the next growth; 0: none yet */
+	int filling;      /* the thread is making a chunk for it, */
+	size_t fill_size; /* of this size */
+	size_t fill_held; /* bytes held (held_bytes) for that chunk until it is parked */
+	int listed;     /* on the list of reserves (from its first growth until closed) */
+	int queued;     /* on the thread's work queue */
+	int closed;     /* its heap is being destroyed: never filled again */
+	int cancelled;  /* the chunk being made is dropped when made (a trim) */
+	struct rdmalloc_reserve *list_next, *queue_next;
+};
+
+/*
+ * The smallest of jemalloc's page size classes (4 per doubling: 2, 2.5, 3,
+ * 3.5, 4, 5 ... MiB) above @last, capped at the largest class <= @limit
+ * (arena.<i>.retain_grow_limit; 0: none): the size jemalloc's next
+ * growth asks the alloc hook for after one of @last bytes.
+ */
+RDMALLOC_TESTABLE size_t rdmalloc_reserve_next_size(size_t last, size_t limit);
+
+/* A heap of @spec grew by @size bytes (chunk lock held): predict its next
+ * growth and queue the thread to have that chunk ready.  Without
+ * RDMALLOC_RESERVE, or once the heap is closed, nothing. */
+void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size);
+
+/* Whether a growth asked for the thread and it is not started: the caller,
+ * outside every lock of ours and of jemalloc, then calls
+ * rdmalloc_reserve_start().  Never from a hook: pthread_create takes
+ * glibc's TLS lock, whose holder may be allocating into the very arena
+ * whose growth lock the hook holds. */
+extern RDMALLOC_TESTABLE atomic_int rdmalloc_reserve_thread_state;
+static inline int rdmalloc_reserve_start_wanted(void)
+{
+	return atomic_load_explicit(&rdmalloc_reserve_thread_state, memory_order_relaxed) == 1;
+}
+/* Start the registration thread (once; a failure is logged once, counted
+ * in fallbacks, and growth keeps registering inline).  No lock held. */
+void rdmalloc_reserve_start(void);
+
+/* Its heap is being destroyed: wait for a chunk being made for it, then
+ * release its ready chunk (counted in reserve_discards).  No lock held. */
+void rdmalloc_reserve_close(struct rdmalloc_reserve *r);
+/* Memory pressure or a trim: release every ready chunk (reserve_discards)
+ * and forget the queue; chunks being made are dropped when made, or, with
+ * @wait (memory pressure: what they hold is wanted now), waited for and
+ * dropped.  Returns the bytes released.  No lock held. */
+size_t rdmalloc_reserves_drop(int wait);
+/* Wait until the thread has made every chunk queued (or is not running):
+ * for tests that compare counters.  No lock held. */
+RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
+/* In a fork child (single-threaded, chunk lock free): there is no thread;
+ * chunks the parent's thread was making are not the child's.  Returns the
+ * bytes held for them (the caller un-holds them). */
+size_t rdmalloc_reserves_forget(void);
+
+#endif

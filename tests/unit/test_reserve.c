@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_reserve.c - the reserve (issue 14, part 2), against the fake
+ * backend: a heap's next chunk is made and registered by the background
+ * thread and handed over when jemalloc asks for exactly its size; a
+ * misprediction, a hand-over that must register anew and a dropped reserve
+ * are counted; PD attach/detach and access changes while a reserve is
+ * ready or being made leave every handed-over chunk registered with the
+ * heap's PDs and access; heap destruction, RDMALLOC_MAX_REGISTERED and a
+ * fork child.  That the growth latency drops is bench/growth.c's, in the
+ * Soft-RoCE guest.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "fake_verbs.h"
+#include "reserve.h"
+#include "rdma_malloc.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define LW IBV_ACCESS_LOCAL_WRITE
+#define RR IBV_ACCESS_REMOTE_READ
+
+static void setup(void)
+{
+	fake_verbs_install(1);
+}
+
+TestSuite(reserve, .init = setup, .timeout = 60);
+
+static struct rdma_malloc_stats stats(void)
+{
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	return st;
+}
+
+static uint64_t growths(void)
+{
+	struct rdma_malloc_stats st = stats();
+	return st.inline_chunks + st.reserve_hits;
+}
+
+enum { MAXB = 1 << 14 };
+static void *blocks[MAXB];
+static size_t nblocks;
+
+/* Allocate 64 KiB blocks from @h, kept live, until the heap grew once;
+ * returns the last block (in the new chunk). */
+static void *grow(rdma_heap_t *h)
+{
+	uint64_t before = growths();
+	for (;;) {
+		cr_assert_lt(nblocks, MAXB);
+		void *p = rdma_heap_malloc(h, 64 * KiB);
+		cr_assert(p, "%s", strerror(errno));
+		memset(p, 0x5a, 64 * KiB);
+		blocks[nblocks++] = p;
+		if (growths() != before)
+			return p;
+	}
+}
+
+/* Every live region is of a chunk held, one per chunk and PD. */
+static void check_accounting(unsigned npds)
+{
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.mrs, fake_live_mrs());
+	cr_assert_eq(st.chunks * npds, st.mrs, "chunks %llu (reserve %llu), regions %llu",
+		     (unsigned long long)st.chunks, (unsigned long long)st.reserve_chunks,
+		     (unsigned long long)st.mrs);
+}
+
+static size_t regions_on(struct ibv_pd *pd)
+{
+	static struct fake_mr_info all[FAKE_MAX_MRS];
+	size_t n = fake_snapshot(all, FAKE_MAX_MRS), on = 0;
+	for (size_t i = 0; i < n; i++)
+		on += all[i].pd == pd;
+	return on;
+}
+
+Test(reserve, next_size_follows_jemallocs_series)
+{
+	static const size_t series[] = { 2 * MiB, 5 * MiB / 2, 3 * MiB, 7 * MiB / 2, 4 * MiB, 5 * MiB,
+					 6 * MiB, 7 * MiB, 8 * MiB, 10 * MiB, 12 * MiB, 14 * MiB, 16 * MiB };
+	for (size_t i = 0; i + 1 < sizeof(series) / sizeof(series[0]); i++)
+		cr_assert_eq(rdmalloc_reserve_next_size(series[i], 0), series[i + 1], "after %zu", series[i]);
+	/* retain_grow_limit caps the series at the class at or below it. */
+	cr_assert_eq(rdmalloc_reserve_next_size(8 * MiB, 8 * MiB), 8 * MiB);
+	cr_assert_eq(rdmalloc_reserve_next_size(7 * MiB, 8 * MiB), 8 * MiB);
+	cr_assert_eq(rdmalloc_reserve_next_size(64 * MiB, 8 * MiB), 8 * MiB, "after a larger single call");
+	cr_assert_eq(rdmalloc_reserve_next_size(3 * MiB, 3 * MiB + 100000), 3 * MiB);
+	/* A call of its own size (not a class) is followed by the next class. */
+	cr_assert_eq(rdmalloc_reserve_next_size(40 * MiB + 4096, 0), 48 * MiB);
+}
+
+/* Steady growth: after the first chunk (registered by the allocation that
+ * needed it), every chunk was registered ahead and handed over. */
+Test(reserve, growth_hands_over_the_reserve)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	for (int i = 0; i < 10; i++) {
+		rdmalloc_reserves_settle();
+		struct rdma_malloc_stats st = stats();
+		cr_assert_eq(st.reserve_chunks, 1, "growth %d: no reserve ready", i);
+		cr_assert_geq(st.reserve_bytes, 2 * MiB);
+		void *p = grow(h);
+		uint32_t lkey;
+		cr_assert_eq(rdma_malloc_keys(p, 64 * KiB, NULL, &lkey, NULL), 0);
+		cr_assert(fake_find(fake_pd(0), p), "a handed-over chunk has no region");
+	}
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.inline_chunks, 1, "growths that waited for ibv_reg_mr: %llu",
+		     (unsigned long long)st.inline_chunks);
+	cr_assert_eq(st.reserve_hits, 10);
+	cr_assert_eq(st.reserve_discards, 0);
+	cr_assert_eq(st.reserve_resyncs, 0);
+	check_accounting(1);
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	st = stats();
+	cr_assert_eq(st.reserve_chunks, 0);
+	cr_assert_eq(st.reserve_bytes, 0);
+	cr_assert_eq(st.reserve_discards, 1, "the destroyed heap's reserve is counted");
+	cr_assert_eq(st.mrs, fake_live_mrs());
+}
+
+static void *grow_once(void *h)
+{
+	return grow(h);
+}
+
+/* Growth that outruns the thread waits for the rest of the registration
+ * under way (counted), rather than registering a chunk of its own and
+ * wasting that one. */
+Test(reserve, growth_waits_for_the_chunk_being_made)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	fake_block_next_reg();
+	grow(h); /* hand-over; the thread blocks inside ibv_reg_mr for the next one */
+	fake_wait_blocked();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, grow_once, h), 0);
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	for (int i = 0; i < 100 && stats().reserve_waits == 0; i++)
+		nanosleep(&ts, NULL);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_waits, 1, "the growth did not wait for the chunk being made");
+	cr_assert_eq(st.inline_chunks + st.reserve_hits, 2, "a growth went by meanwhile");
+	fake_release_reg();
+	void *p;
+	pthread_join(t, &p);
+	cr_assert(fake_find(fake_pd(0), p));
+	st = stats();
+	cr_assert_eq(st.inline_chunks, 1);
+	cr_assert_eq(st.reserve_hits, 2);
+	cr_assert_eq(st.reserve_discards, 0);
+	check_accounting(1);
+}
+
+/* A growth of another size than predicted (one large block) registers
+ * inline, counted; the thread replaces the stale reserve (counted) with one
+ * for the size that follows, which the next growth takes. */
+Test(reserve, misprediction_is_counted)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st0 = stats();
+	void *big = rdma_heap_malloc(h, 40 * MiB);
+	cr_assert(big);
+	memset(big, 1, 40 * MiB);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.inline_chunks, st0.inline_chunks + 1, "the large block's chunk was not made inline");
+	cr_assert_eq(st.reserve_hits, st0.reserve_hits);
+	cr_assert_eq(st.reserve_discards, st0.reserve_discards + 1, "the stale reserve was not counted");
+	cr_assert_eq(st.reserve_chunks, 1);
+	cr_assert_gt(st.reserve_bytes, 40 * MiB, "the new reserve follows the large call");
+	check_accounting(1);
+	rdma_free(big);
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* A PD attached and detached while a reserve is ready: the attach walk
+ * registers it too, the detach walk deregisters it; chunks handed over
+ * afterwards are registered with exactly the PDs attached, without a
+ * registration at hand-over. */
+Test(reserve, attach_and_detach_while_ready)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(regions_on(fake_pd(1)), st.chunks, "the reserve was not registered with the new PD");
+	void *p = grow(h);
+	cr_assert(fake_find(fake_pd(1), p), "handed over without the new PD's region");
+	cr_assert_eq(stats().reserve_hits, 1);
+	check_accounting(2);
+	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(1)), 0);
+	cr_assert_eq(regions_on(fake_pd(1)), 0, "a region with the detached PD is left");
+	rdmalloc_reserves_settle();
+	p = grow(h);
+	cr_assert_null(fake_find(fake_pd(1), p));
+	cr_assert(fake_find(fake_pd(0), p));
+	st = stats();
+	cr_assert_eq(st.reserve_hits, 2);
+	cr_assert_eq(st.reserve_resyncs, 0);
+	check_accounting(1);
+}
+
+/* An access change leaves the reserve alone: the hand-over registers it
+ * anew with the heap's access (counted in reserve_resyncs). */
+Test(reserve, access_change_while_ready)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	cr_assert_eq(rdma_heap_set_access(h, LW | RR, 0, NULL, NULL), 0);
+	void *p = grow(h);
+	const struct fake_mr_info *mr = fake_find(fake_pd(0), p);
+	cr_assert(mr);
+	cr_assert_eq(mr->access & RR, RR, "handed over with the old access %#x", mr->access);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_hits, 1);
+	cr_assert_eq(st.reserve_resyncs, 1);
+	check_accounting(1);
+}
+
+static void *detach_pd1(void *arg)
+{
+	(void)arg;
+	return (void *)(intptr_t)rdma_malloc_detach_pd(fake_pd(1));
+}
+
+/* A PD attached, then detached, while the thread is inside ibv_reg_mr for
+ * the next reserve: the reserve ends up with the PDs attached at the end,
+ * and the detach returns only once no region of its PD is left. */
+Test(reserve, attach_and_detach_while_being_made)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	fake_block_next_reg();
+	grow(h); /* hand-over; the thread starts the next one and blocks */
+	fake_wait_blocked();
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	fake_release_reg();
+	rdmalloc_reserves_settle();
+	void *p = grow(h);
+	cr_assert(fake_find(fake_pd(1), p), "the reserve made during the attach lacks the new PD");
+	check_accounting(2);
+	rdmalloc_reserves_settle();
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, detach_pd1, NULL), 0);
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	fake_release_reg();
+	void *ret;
+	pthread_join(t, &ret);
+	cr_assert_eq((intptr_t)ret, 0);
+	cr_assert_eq(regions_on(fake_pd(1)), 0, "a region with the detached PD is left");
+	rdmalloc_reserves_settle();
+	cr_assert_eq(regions_on(fake_pd(1)), 0, "the reserve made during the detach has its PD");
+	p = grow(h);
+	cr_assert_null(fake_find(fake_pd(1), p));
+	check_accounting(1);
+}
+
+static void *destroy_heap(void *arg)
+{
+	return (void *)(intptr_t)rdma_heap_destroy(arg);
+}
+
+/* Destroying a heap while its reserve is being made waits for it, then
+ * releases it: nothing of the heap stays registered. */
+Test(reserve, destroy_while_being_made)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked();
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	fake_release_reg();
+	void *ret;
+	pthread_join(t, &ret);
+	cr_assert_eq((intptr_t)ret, 0);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_chunks, 0);
+	cr_assert_eq(st.chunks, 0);
+	cr_assert_eq(fake_live_mrs(), 0);
+	cr_assert_eq(st.mrs, 0);
+}
+
+/* Under RDMALLOC_MAX_REGISTERED the reserve counts as held, and is given
+ * up before a real allocation is refused: 2 + 2.5 + 3 MiB in use and a
+ * 3.5 MiB reserve leave 5 MiB of 16; a 6 MiB chunk fits only without it. */
+Test(reserve, limit_gives_up_the_reserve_first, .init = NULL)
+{
+	setenv("RDMALLOC_MAX_REGISTERED", "16M", 1);
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	for (int i = 0; i < 3; i++) {
+		grow(h);
+		rdmalloc_reserves_settle();
+	}
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_chunks, 1);
+	cr_assert_eq(st.chunk_bytes, 11 * MiB, "chunks held %llu, the reserve included",
+		     (unsigned long long)st.chunk_bytes);
+	void *big = rdma_heap_malloc(h, 5 * MiB + MiB / 2);
+	cr_assert(big, "refused while a reserve was held: %s", strerror(errno));
+	st = stats();
+	cr_assert_eq(st.limit_refusals, 0);
+	cr_assert_geq(st.reserve_discards, 1, "the reserve was not given up");
+	cr_assert_leq(st.chunk_bytes, 16 * MiB);
+	rdmalloc_reserves_settle();
+	st = stats();
+	cr_assert_leq(st.chunk_bytes, 16 * MiB);
+	cr_assert_eq(st.reserve_chunks + st.reserve_skipped > 0, 1, "the next reserve neither made nor counted");
+	check_accounting(1);
+}
+
+/* A fork child has no registration thread: it grows without waiting for
+ * the parent's (here stuck inside ibv_reg_mr), and a reserve ready at the
+ * fork is handed over in the child. */
+Test(reserve, fork_child_does_not_wait)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) { /* the reserve ready at the fork is the child's */
+		alarm(20);
+		uint64_t hits = stats().reserve_hits;
+		grow(h);
+		_exit(stats().reserve_hits == hits + 1 ? 0 : 3);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child with a ready reserve: status %#x", status);
+
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked(); /* the parent's thread is inside ibv_reg_mr */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		for (int i = 0; i < 4; i++)
+			grow(h); /* would hang here if it waited for the parent's thread */
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	fake_release_reg();
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child while the thread registered: status %#x",
+		  status);
+	rdmalloc_reserves_settle();
+	check_accounting(1);
+}
+
+/* RDMALLOC_RESERVE=0: today's behaviour, every growth registered inline,
+ * no thread. */
+Test(reserve, off_registers_inline, .init = NULL)
+{
+	setenv("RDMALLOC_RESERVE", "0", 1);
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	for (int i = 0; i < 5; i++)
+		grow(h);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.inline_chunks, 5);
+	cr_assert_eq(st.reserve_hits, 0);
+	cr_assert_eq(st.reserve_chunks, 0);
+	cr_assert_eq(atomic_load(&rdmalloc_reserve_thread_state), 0, "a thread was wanted");
+	check_accounting(1);
+}
