@@ -33,15 +33,18 @@
 #include "log.h"
 #include "mw.h"
 #include "pd.h"
+#include "reserve.h"
 
 static void inner_prepare(void)
 {
+	rdmalloc_reserves_fork_prepare(); /* the reserve's thread idle first (reserve.h) */
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
 static void inner_parent(void)
 {
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_INNER);
+	rdmalloc_reserves_fork_parent();
 }
 
 static void inner_child(void)

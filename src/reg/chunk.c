@@ -408,9 +408,13 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_reserve *r = &spec->reserve;
-	if (!r->ready && r->filling && r->fill_size == size && !r->closed) {
+	if (!r->ready && r->filling && r->fill_size == size && !r->closed && !r->cancelled) {
+		/* That fill only: once it ends (another arena may have taken
+		 * its chunk, and the thread started the next), or once it is
+		 * cancelled, this growth registers its own. */
+		unsigned seq = r->fill_seq;
 		STAT_INC(reserve_waits);
-		while (!r->ready && r->filling && r->fill_size == size)
+		while (!r->ready && r->filling && r->fill_seq == seq && !r->cancelled)
 			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 	}
 	struct rdmalloc_chunk *c = spec->reserve.ready;

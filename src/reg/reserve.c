@@ -28,11 +28,14 @@
 #include "options.h"
 #include "tls.h"
 
+#define RESERVE_STACK ((size_t)512 << 10)
+
 /* 0 never wanted, 1 wanted (a growth happened), 2 started, 3 could not start */
 atomic_int rdmalloc_reserve_thread_state;
 static struct rdmalloc_reserve *reserves;          /* listed: heaps that grew */
 static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, in order */
 static unsigned fills;                              /* chunks being made */
+static int forking; /* fork() is under way: the thread starts no work (rdmalloc_reserves_fork_prepare) */
 
 /* jemalloc's page size classes: multiples of the page up to 4 pages, then
  * 4 per doubling.  The class below or at @s (@up 0) or the next one above
@@ -140,7 +143,7 @@ static void *registrar(void *arg)
 	pthread_setname_np(pthread_self(), "rdmalloc-reserv"); /* 15 characters: the kernel's limit */
 	rdmalloc_chunk_lock();
 	for (;;) {
-		struct rdmalloc_reserve *r = dequeue();
+		struct rdmalloc_reserve *r = forking ? NULL : dequeue();
 		if (!r) {
 			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* settled (rdmalloc_reserves_settle) */
 			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
@@ -152,6 +155,7 @@ static void *registrar(void *arg)
 		int stale = r->ready != NULL; /* mispredicted: it goes */
 		r->filling = 1;
 		r->fill_size = size;
+		r->fill_seq++;
 		r->cancelled = 0;
 		fills++;
 		rdmalloc_chunk_unlock();
@@ -187,6 +191,10 @@ void rdmalloc_reserve_start(void)
 	int err = pthread_attr_init(&attr);
 	if (!err) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		/* A stack size of our own: without one, glibc takes its default-
+		 * attribute lock, which the calling thread may hold already (it
+		 * allocates inside pthread_getattr_default_np's copy). */
+		pthread_attr_setstacksize(&attr, RESERVE_STACK);
 		err = pthread_create(&t, &attr, registrar, NULL);
 		pthread_attr_destroy(&attr);
 	}
@@ -218,6 +226,7 @@ size_t rdmalloc_reserves_drop(int wait)
 		;
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next)
 		r->cancelled |= r->filling;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a growth waiting for a cancelled fill goes on */
 	while (wait && fills)
 		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 	size_t bytes = 0;
@@ -241,8 +250,26 @@ void rdmalloc_reserves_settle(void)
 	rdmalloc_chunk_unlock();
 }
 
+void rdmalloc_reserves_fork_prepare(void)
+{
+	rdmalloc_chunk_lock();
+	forking = 1;
+	while (fills)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	rdmalloc_chunk_unlock();
+}
+
+void rdmalloc_reserves_fork_parent(void)
+{
+	rdmalloc_chunk_lock();
+	forking = 0;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+	rdmalloc_chunk_unlock();
+}
+
 size_t rdmalloc_reserves_forget(void)
 {
+	forking = 0;
 	size_t held = 0;
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
 		held += r->fill_held;

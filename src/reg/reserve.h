@@ -30,6 +30,7 @@ struct rdmalloc_reserve {
 	size_t next;    /* the size predicted for the next growth; 0: none yet */
 	int filling;      /* the thread is making a chunk for it, */
 	size_t fill_size; /* of this size */
+	unsigned fill_seq; /* fills started: a growth waits for one fill, not for the next */
 	size_t fill_held; /* bytes held (held_bytes) for that chunk until it is parked */
 	int listed;     /* on the list of reserves (from its first growth until closed) */
 	int queued;     /* on the thread's work queue */
@@ -76,6 +77,17 @@ size_t rdmalloc_reserves_drop(int wait);
 /* Wait until the thread has made every chunk queued (or is not running):
  * for tests that compare counters.  No lock held. */
 RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
+/*
+ * fork() around the thread (api/fork.c, before the inner locks): prepare
+ * stops the thread from starting work and waits until it is doing none,
+ * so that the child inherits no chunk half made or half dropped, no count
+ * half taken and no lock of libibverbs that the thread held inside
+ * ibv_reg_mr; parent lets it go on (the child forgets it).  The thread
+ * needs no lock of jemalloc's and, while it works, none of the inner group
+ * but the chunk lock, which prepare releases while it waits.  No lock held.
+ */
+void rdmalloc_reserves_fork_prepare(void);
+void rdmalloc_reserves_fork_parent(void);
 /* In a fork child (single-threaded, chunk lock free): there is no thread;
  * chunks the parent's thread was making are not the child's.  Returns the
  * bytes held for them (the caller un-holds them). */

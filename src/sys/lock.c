@@ -85,10 +85,8 @@ void rdmalloc_locks_parent(enum rdmalloc_lock_group group)
 
 void rdmalloc_locks_child(enum rdmalloc_lock_group group)
 {
-	/* Nobody waits on a condition variable at fork: every waiter holds an
-	 * outer lock that prepare had to take first (rdmalloc_chunks_detach
-	 * waits holding the PD lock).  Reset them anyway: the parent's waiter
-	 * threads do not exist here. */
+	/* The parent's waiters (an idle reserve thread, a detach holding the
+	 * PD lock) do not exist here: the conditions start anew. */
 	for (int i = RDMALLOC_LOCK_COUNT - 1; i >= 0; i--)
 		if (locks[i].group == group) {
 			pthread_cond_init(&locks[i].cond, NULL);
