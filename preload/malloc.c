@@ -132,6 +132,16 @@ static inline int ready_thread(void)
 	return fast() || bind_thread();
 }
 
+/* A growth wants the reserve's thread (tls.h): started here, on the
+ * thread's next allocation of any kind, outside every lock. */
+static inline void errand(void)
+{
+	if (unlikely(tl_bound == RDMALLOC_TL_ERRAND)) {
+		tl_bound = 1;
+		rdmalloc_reserve_start();
+	}
+}
+
 /* Every allocation but the fast path of malloc/calloc.  The very first
  * allocation of the process comes here, before jemalloc initialises: our
  * inner fork handler must be registered before jemalloc's (fork.c). */
@@ -140,10 +150,7 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	rdmalloc_fork_register_inner();
 	if (rdmalloc_tl_in_verbs || !ready_thread())
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
-	if (unlikely(tl_bound == RDMALLOC_TL_ERRAND)) { /* a growth wants the reserve's thread (tls.h) */
-		tl_bound = 1;
-		rdmalloc_reserve_start();
-	}
+	errand();
 	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
 	void *p = rdmalloc_mallocx(size ? size : 1, flags);
 	if (!p && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */
@@ -266,7 +273,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	if (rdmalloc_tl_in_verbs || rdmalloc_nest_owns(p))
 		return realloc_moving(p, size);
-	if (preload_memory(p)) { /* on a thread that is not bound */
+	errand();
+	if (preload_memory(p)) { /* on a thread that is not bound, or with an errand */
 		int tries = 2;
 		void *q;
 		do /* once more after a relief of memory pressure */
