@@ -129,6 +129,17 @@ static unsigned registered_pds(const struct rdmalloc_chunk *c)
 	return pds_of;
 }
 
+/* Count the PDs @c is registered with in pd_users, for a caller that will
+ * deregister or hand over @c (a detach waits for them): the mask to give
+ * pd_users_release().  Chunk lock held. */
+static unsigned pd_users_claim(const struct rdmalloc_chunk *c)
+{
+	unsigned used = registered_pds(c);
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		pd_users[s] += (used >> s) & 1;
+	return used;
+}
+
 /* @c enters (@delta 1) or leaves (-1) the stats of chunks held; held_bytes
  * is hold()'s.  Chunk lock held. */
 static void count_held(const struct rdmalloc_chunk *c, int delta)
@@ -223,6 +234,22 @@ static int pressure(int err)
 	if (p)
 		rdmalloc_tl_pressure = 1;
 	return p;
+}
+
+/* Deregister @c from every PD, then unmap its @len bytes at @p (NULL: not
+ * mapped) -- unless a region of it stays registered, now or from an
+ * earlier failure (dereg_failed: a detach walk): the NIC may still write
+ * those pages, so they must never go back to the kernel.  They stay
+ * mapped (pinned), and the log says so.  No lock held. */
+static void deregister_unmap(struct rdmalloc_chunk *c, void *p, size_t len)
+{
+	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed)) {
+		if (p)
+			rdmalloc_os_unmap(p, len);
+	} else {
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed", p,
+			     len);
+	}
 }
 
 /* Give memory back under pressure: the reserves first (they are nobody's
@@ -334,16 +361,7 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	}
 	return c;
 fail:
-	/* dereg_failed: a region went with a detached PD but stayed registered. */
-	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed)) {
-		if (p)
-			rdmalloc_os_unmap(p, map_size);
-	} else {
-		/* A region of it is still registered: the NIC may write these
-		 * pages, so they must never go back to the kernel. */
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
-			     p, map_size);
-	}
+	deregister_unmap(c, p, map_size);
 	rdmalloc_chunk_lock();
 	held_bytes -= want;
 	if (for_r)
@@ -361,13 +379,7 @@ fail:
  * let go of the PDs in @used. */
 static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 {
-	/* Never unmapped when a region of it could not be deregistered, now
-	 * or earlier (a detach walk): the NIC may still write those pages. */
-	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed))
-		rdmalloc_os_unmap((void *)c->base, c->map_size);
-	else
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
-			     (void *)c->base, c->map_size);
+	deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
 	held_bytes -= c->map_size;
 	if (counted)
@@ -375,6 +387,15 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 	desc_free(c);
 	pd_users_release(used);
 	rdmalloc_chunk_unlock();
+}
+
+/* @c, its spec's ready reserve chunk, is one no more (taken, dropped or
+ * released): out of the reserve stats.  Chunk lock held. */
+static void unpark(struct rdmalloc_chunk *c)
+{
+	c->spec->reserve.ready = NULL;
+	STAT_SUB(reserve_bytes, c->map_size);
+	STAT_SUB(reserve_chunks, 1);
 }
 
 /* Whether @c's registrations are those a chunk made now would get: the PD
@@ -422,13 +443,9 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 		rdmalloc_chunk_unlock();
 		return NULL;
 	}
-	spec->reserve.ready = NULL;
+	unpark(c);
 	unlink_chunk(c);
-	STAT_SUB(reserve_bytes, c->map_size);
-	STAT_SUB(reserve_chunks, 1);
-	*used = registered_pds(c);
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		pd_users[s] += (*used >> s) & 1;
+	*used = pd_users_claim(c);
 	*resync = !in_step(c);
 	rdmalloc_chunk_unlock();
 	return c;
@@ -523,15 +540,10 @@ size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
 		rdmalloc_chunk_unlock();
 		return 0;
 	}
-	r->ready = NULL;
+	unpark(c);
 	unlink_chunk(c);
-	STAT_SUB(reserve_bytes, c->map_size);
-	STAT_SUB(reserve_chunks, 1);
 	STAT_INC(reserve_discards);
-	/* As a give-back does: a detach waits until its regions are gone. */
-	unsigned used = registered_pds(c);
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		pd_users[s] += (used >> s) & 1;
+	unsigned used = pd_users_claim(c); /* as a give-back does */
 	size_t bytes = c->map_size;
 	rdmalloc_chunk_unlock();
 	unmake(c, used, 1);
@@ -550,9 +562,7 @@ static void release(struct rdmalloc_chunk *c)
 	int held = c->state != RDMALLOC_CHUNK_GONE;
 	int reserved = c->state == RDMALLOC_CHUNK_RESERVED; /* not published, not in the chunk stats */
 	if (reserved) {
-		c->spec->reserve.ready = NULL;
-		STAT_SUB(reserve_bytes, c->map_size);
-		STAT_SUB(reserve_chunks, 1);
+		unpark(c);
 		STAT_INC(reserve_discards);
 	}
 	c->state = RDMALLOC_CHUNK_RELEASING;
@@ -561,16 +571,7 @@ static void release(struct rdmalloc_chunk *c)
 		rdmalloc_addrmap_remove(c);
 	unlink_chunk(c);
 	rdmalloc_chunk_unlock();
-	int kept = rdmalloc_region_deregister_all(c) != 0 || atomic_load(&c->dereg_failed);
-	if (kept) {
-		/* The NIC may still map these pages: unmapping them would let
-		 * the kernel hand them to someone else while a peer can write
-		 * them.  Keep them (pinned) and say so. */
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed",
-			     (void *)c->base, c->size);
-	} else {
-		rdmalloc_os_unmap((void *)c->base, c->map_size);
-	}
+	deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
 	if (held) {
 		count_held(c, -1);
@@ -593,9 +594,7 @@ static void mark_giving(struct rdmalloc_chunk *c, struct rdmalloc_chunk **batch)
 {
 	c->state = RDMALLOC_CHUNK_GIVING;
 	atomic_store_explicit(&c->live_size, 0, memory_order_release); /* lookups: ENOENT from now */
-	unsigned used = registered_pds(c);
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
-		pd_users[s] += (used >> s) & 1;
+	pd_users_claim(c);
 	c->giving_next = *batch;
 	*batch = c;
 }
