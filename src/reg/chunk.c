@@ -429,7 +429,7 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_reserve *r = &spec->reserve;
-	if (!r->ready && r->filling && r->fill_size == size && !r->closed && !r->cancelled) {
+	if (!r->ready && r->filling == size && !r->closed && !r->cancelled) {
 		/* That fill only: once it ends (another arena may have taken
 		 * its chunk, and the thread started the next), or once it is
 		 * cancelled, this growth registers its own. */

@@ -153,8 +153,7 @@ static void *registrar(void *arg)
 		if (r->closed || !size || (r->ready && r->ready->size == size))
 			continue;
 		int stale = r->ready != NULL; /* mispredicted: it goes */
-		r->filling = 1;
-		r->fill_size = size;
+		r->filling = size;
 		r->fill_seq++;
 		r->cancelled = 0;
 		fills++;
@@ -170,7 +169,6 @@ static void *registrar(void *arg)
 		}
 		rdmalloc_chunk_lock();
 		r->filling = 0;
-		r->fill_size = 0;
 		fills--;
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* close and drop may wait for it */
 	}
@@ -225,7 +223,7 @@ size_t rdmalloc_reserves_drop(int wait)
 	while (dequeue()) /* given up: the next growth asks again */
 		;
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next)
-		r->cancelled |= r->filling;
+		r->cancelled |= r->filling != 0;
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a growth waiting for a cancelled fill goes on */
 	while (wait && fills)
 		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);

@@ -28,8 +28,7 @@ struct rdmalloc_reserve {
 	struct rdmalloc_heap *heap;
 	struct rdmalloc_chunk *ready; /* RDMALLOC_CHUNK_RESERVED, in the chunk list; or NULL */
 	size_t next;    /* the size predicted for the next growth; 0: none yet */
-	int filling;      /* the thread is making a chunk for it, */
-	size_t fill_size; /* of this size */
+	size_t filling;   /* the size of the chunk the thread is making for it; 0: none */
 	unsigned fill_seq; /* fills started: a growth waits for one fill, not for the next */
 	size_t fill_held; /* bytes held (held_bytes) for that chunk until it is parked */
 	int listed;     /* on the list of reserves (from its first growth until closed) */
