@@ -48,11 +48,11 @@ static atomic_uint next_arena;
 static atomic_int ready;
 #define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (tls.h) */
 
-/* Memory of a preload chunk: one bit of the address map (addrmap.h), for
+/* Memory of a preload chunk: one byte of the address map (addrmap.h), for
  * every chunk of the heap, whichever thread's arena it belongs to.  Preload
  * chunks are never released (the hooks refuse dalloc, and
  * rdma_heap_destroy refuses the preload heap), so a pointer the drop-in
- * returned keeps its bit for the life of the process. */
+ * returned keeps its byte for the life of the process. */
 static inline int preload_memory(const void *p)
 {
 	return rdmalloc_addrmap_is_auto(p);

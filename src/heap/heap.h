@@ -72,7 +72,7 @@ int rdmalloc_heap_free_flags(struct rdmalloc_heap *h);
  * cache (its threads are bound to its arenas), not by explicit caches:
  * rdma_heap_destroy refuses it, so its chunks live as long as the process.
  * Called before the heap's first chunk: its chunks are then marked in the
- * address map's auto bitmap (rdmalloc_addrmap_is_auto, addrmap.h).
+ * address map's auto map (rdmalloc_addrmap_is_auto, addrmap.h).
  */
 RDMALLOC_TESTABLE void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h);
 int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h);

@@ -73,6 +73,17 @@ static void *grow(rdma_heap_t *h)
 	}
 }
 
+/* A LOCAL_WRITE heap that grew once, its reserve made: what most tests
+ * start from. */
+static rdma_heap_t *grown_heap(void)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	return h;
+}
+
 /* Every live region is of a chunk held, one per chunk and PD. */
 static void check_accounting(unsigned npds)
 {
@@ -152,10 +163,7 @@ static void *grow_once(void *h)
  * wasting that one. */
 Test(reserve, growth_waits_for_the_chunk_being_made)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	fake_block_next_reg();
 	grow(h); /* hand-over; the thread blocks inside ibv_reg_mr for the next one */
 	fake_wait_blocked();
@@ -183,10 +191,7 @@ Test(reserve, growth_waits_for_the_chunk_being_made)
  * for the size that follows, which the next growth takes. */
 Test(reserve, misprediction_is_counted)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	struct rdma_malloc_stats st0 = stats();
 	void *big = rdma_heap_malloc(h, 40 * MiB);
 	cr_assert(big);
@@ -211,10 +216,7 @@ Test(reserve, misprediction_is_counted)
  * registration at hand-over. */
 Test(reserve, attach_and_detach_while_ready)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
 	struct rdma_malloc_stats st = stats();
 	cr_assert_eq(regions_on(fake_pd(1)), st.chunks, "the reserve was not registered with the new PD");
@@ -238,10 +240,7 @@ Test(reserve, attach_and_detach_while_ready)
  * anew with the heap's access (counted in reserve_resyncs). */
 Test(reserve, access_change_while_ready)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	cr_assert_eq(rdma_heap_set_access(h, LW | RR, 0, NULL, NULL), 0);
 	void *p = grow(h);
 	const struct fake_mr_info *mr = fake_find(fake_pd(0), p);
@@ -264,10 +263,7 @@ static void *detach_pd1(void *arg)
  * and the detach returns only once no region of its PD is left. */
 Test(reserve, attach_and_detach_while_being_made)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	fake_block_next_reg();
 	grow(h); /* hand-over; the thread starts the next one and blocks */
 	fake_wait_blocked();
@@ -306,10 +302,7 @@ static void *destroy_heap(void *arg)
  * releases it: nothing of the heap stays registered. */
 Test(reserve, destroy_while_being_made)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	fake_block_next_reg();
 	grow(h);
 	fake_wait_blocked();
@@ -365,10 +358,7 @@ Test(reserve, limit_gives_up_the_reserve_first, .init = NULL)
  * one, and a reserve ready at the fork is handed over in the child. */
 Test(reserve, fork_child_does_not_wait)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) { /* the reserve ready at the fork is the child's */
@@ -405,10 +395,7 @@ static void *release_later(void *arg)
  * held.  Both processes go on growing. */
 Test(reserve, fork_waits_for_the_thread)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	grow(h);
-	rdmalloc_reserves_settle();
+	rdma_heap_t *h = grown_heap();
 	fake_block_next_reg();
 	grow(h);
 	fake_wait_blocked(); /* the thread is inside ibv_reg_mr */
