@@ -24,7 +24,7 @@
 /*
  * The keys and region of [ptr, ptr+len) with @pd, read as one with the PD
  * their registration belongs to: a read that overlapped a change of that
- * PD (chunk.c brackets it with reg->seq) answers ENODEV, which is right
+ * PD (region.c brackets it with reg->seq) answers ENODEV, which is right
  * for a lookup concurrent with the attach or detach.  Wait-free.
  */
 static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys, struct ibv_mr **mr)
@@ -37,7 +37,7 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 	if (err)
 		return err;
 	/* Acquires, so that the second read of the sequence sees a change
-	 * whose stores any of them saw (chunk.c: reg_change_begin). */
+	 * whose stores any of them saw (region.c: change_begin). */
 	unsigned q = atomic_load_explicit(&r->seq, memory_order_acquire);
 	struct ibv_pd *owner = atomic_load_explicit(&r->pd, memory_order_acquire);
 	*keys = atomic_load_explicit(&r->keys, memory_order_acquire); /* lkey and rkey: one unit */

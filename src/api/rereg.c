@@ -5,11 +5,11 @@
  *
  * Locking: the PD lock (outer) is held for the whole change, so attach,
  * detach and heap destruction wait, and the chunks and their registrations stay
- * put; chunk.c takes the chunk lock only to find the next registration to
+ * put; pdtable.c takes the chunk lock only to find the next registration to
  * change, never across ibv_rereg_mr/ibv_reg_mr/ibv_dereg_mr.  Chunks being
  * created meanwhile register with the heap's new flags: the heap's access
  * is stored, then the PD generation is bumped, so a creator that read the
- * old flags registers again before it publishes (chunk.c), and one that
+ * old flags registers again before it publishes (pdtable.c), and one that
  * published before is found by the scan.
  */
 #include <errno.h>

@@ -8,7 +8,7 @@
  *    it before jemalloc carves a single object out of it.  It comes
  *    uncommitted: jemalloc commits each part before it uses it;
  *  - commit: count the part in use (a given-back chunk is registered again
- *    first: chunk.c);
+ *    first: giveback.c);
  *  - decommit: accept, count the part idle, and give the chunk back once
  *    none of it is in use.  The pages of a chunk that stays registered stay
  *    as they are: the NIC has them pinned, and the CPU must keep seeing the

@@ -117,7 +117,7 @@ struct rdmalloc_chunk {
 #define RDMALLOC_GRANULE_SHIFT 21
 #define RDMALLOC_GRANULE ((size_t)1 << RDMALLOC_GRANULE_SHIFT)
 
-/* The leaf lock of chunk.c: never held across verbs calls or allocation. */
+/* The leaf lock of the chunk set (chunkset.h): never held across verbs calls or allocation. */
 void rdmalloc_chunk_lock(void);
 void rdmalloc_chunk_unlock(void);
 

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * giveback.c - idle chunks given back and taken back (doc/design.md,
+ * "Giving memory back"): jemalloc commits and decommits the parts of a
+ * chunk it uses (the commit and decommit hooks); a chunk with none of it
+ * committed is idle, and is deregistered from every PD and its pages
+ * returned, while jemalloc keeps the address range; a commit into it
+ * registers it anew (new keys).  Memory windows and the drop-in's elided
+ * regions pin a chunk: never given back under them.
+ *
+ * Concurrency: a chunk's state, committed bytes, pins and busy count are
+ * under the chunk lock; deregistration and registration run outside it.  A
+ * commit that meets a chunk being given back or taken back waits on the
+ * chunk lock's condition variable.  A give-back counts the PDs it
+ * deregisters from as used (pdtable.c), so that a detach waits for it.
+ */
+#include "chunkset.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "counters.h"
+#include "lock.h"
+#include "log.h"
+#include "os.h"
+#include "region.h"
+#include "reserve.h"
+
+/* Idle: registered, not a byte committed, nothing on it. */
+static int idle(const struct rdmalloc_chunk *c)
+{
+	return c->state == RDMALLOC_CHUNK_LIVE && c->spec->gives_back && c->committed == 0 && !c->busy &&
+	       !c->pins && !c->fresh;
+}
+
+/* Mark @c to be given back and chain it on *@batch; count the PDs it is
+ * registered with in pd_users (a detach waits for them).  Chunk lock held. */
+static void mark_giving(struct rdmalloc_chunk *c, struct rdmalloc_chunk **batch)
+{
+	c->state = RDMALLOC_CHUNK_GIVING;
+	atomic_store_explicit(&c->live_size, 0, memory_order_release); /* lookups: ENOENT from now */
+	rdmalloc_pd_users_claim(c);
+	c->giving_next = *batch;
+	*batch = c;
+}
+
+/*
+ * Choose the idle chunks to give back, of @heap (NULL: every heap): all of
+ * them but, with @keep, the smallest of each heap, which stays registered so
+ * that a heap that grows and shrinks around one chunk does not register and
+ * deregister it each time.  Chunk lock held; returns the batch.
+ */
+static struct rdmalloc_chunk *choose_idle(const struct rdmalloc_heap *heap, int keep)
+{
+	struct rdmalloc_chunk *batch = NULL, *kept = NULL;
+	if (keep && heap) {
+		for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next)
+			if (c->heap == heap && idle(c) && (!kept || c->map_size < kept->map_size))
+				kept = c;
+	}
+	for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next)
+		if ((!heap || c->heap == heap) && c != kept && idle(c))
+			mark_giving(c, &batch);
+	return batch;
+}
+
+/* Give back @c, marked GIVING: its keys were unpublished by mark_giving;
+ * deregister, return its pages.  No lock held.  Its bytes, or 0 when it
+ * had to be quarantined. */
+static size_t give_back(struct rdmalloc_chunk *c)
+{
+	unsigned used = rdmalloc_registered_pds(c); /* what mark_giving counted */
+	int failed = rdmalloc_region_deregister_all(c) != 0; /* dereg_failed stays: never unmapped */
+	/* Even when a deregistration failed: the region keeps its pages
+	 * pinned, but they leave the process, which gets fresh ones here, so
+	 * the old key reaches nothing of ours any more. */
+	int err = rdmalloc_os_dontneed((void *)c->base, c->map_size);
+	int quarantine = failed && err;
+	if (quarantine)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
+			     "and its pages could not be cut off (%s); never used again",
+			     (void *)c->base, c->map_size, strerror(err));
+	else if (failed)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while giving it "
+			     "back; its old pages stay pinned, cut off from the process", (void *)c->base, c->map_size);
+	else if (err) /* still ours: its old bytes are zeroed when committed */
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_DONTNEED) of a given-back chunk: %s",
+				  strerror(err));
+	rdmalloc_chunk_lock();
+	if (quarantine) {
+		/* A region may still be valid and map these very pages: a
+		 * peer's old rkey would reach whatever jemalloc put there.
+		 * Counted as held, never committed again. */
+		c->state = RDMALLOC_CHUNK_QUARANTINED;
+	} else {
+		c->state = RDMALLOC_CHUNK_GONE;
+		c->stale = err != 0;
+		rdmalloc_held_bytes -= c->map_size;
+		rdmalloc_count_held(c, -1);
+		STAT_INC(chunks_given_back);
+		STAT_ADD(bytes_given_back, c->map_size);
+		/* Its keys are gone: a program that cached them can tell. */
+		atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
+	}
+	rdmalloc_pd_users_release(used);
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a commit may wait for it */
+	rdmalloc_chunk_unlock();
+	return quarantine ? 0 : c->map_size;
+}
+
+static size_t give_back_batch(struct rdmalloc_chunk *batch)
+{
+	size_t bytes = 0;
+	while (batch) {
+		struct rdmalloc_chunk *c = batch;
+		batch = c->giving_next;
+		c->giving_next = NULL;
+		bytes += give_back(c);
+	}
+	return bytes;
+}
+
+/* Give back the idle chunks of @heap (NULL: all) but the kept ones
+ * (@keep).  No lock held. */
+size_t rdmalloc_give_back_idle(const struct rdmalloc_heap *heap, int keep)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *batch = choose_idle(heap, keep);
+	rdmalloc_chunk_unlock();
+	return give_back_batch(batch);
+}
+
+size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap)
+{
+	if (!heap) /* a trim: registered memory nobody uses, reserves included */
+		rdmalloc_reserves_drop(0);
+	return rdmalloc_give_back_idle(heap, 0);
+}
+
+/* The chunk a hook was called on, [addr, addr+len) inside it.  Chunk lock
+ * held. */
+static struct rdmalloc_chunk *hooked(void *addr, size_t len, const char *hook)
+{
+	struct rdmalloc_chunk *c = rdmalloc_chunk_owning(addr);
+	if (!c || len > c->base + c->size - (uintptr_t)addr)
+		rdmalloc_fatal("%s hook for [%p, +%zu) that is not inside a chunk of ours", hook, addr, len);
+	return c;
+}
+
+/* Register given-back @c again (TAKING, rdmalloc_held_bytes counted) and publish
+ * it: 0 with the chunk lock held, or an errno value without it (nothing
+ * left registered). */
+static int take_back(struct rdmalloc_chunk *c)
+{
+	unsigned used = 0;
+	int err = rdmalloc_register_steady(c, &used);
+	if (err && rdmalloc_pressure(err) && rdmalloc_relieve())
+		err = rdmalloc_register_steady(c, &used);
+	if (err) {
+		rdmalloc_log_reg_failure(c->size, err);
+		int kept = rdmalloc_region_deregister_all(c) != 0;
+		if (!kept) /* the registration faulted pages in: back they go */
+			kept = rdmalloc_os_dontneed((void *)c->base, c->map_size) != 0;
+		rdmalloc_chunk_lock();
+		c->stale |= kept;
+		rdmalloc_pd_users_release(used);
+		rdmalloc_chunk_unlock();
+		return err;
+	}
+	c->state = RDMALLOC_CHUNK_LIVE;
+	atomic_store_explicit(&c->live_size, c->size, memory_order_release);
+	rdmalloc_count_held(c, 1);
+	STAT_INC(chunks_taken_back);
+	rdmalloc_pd_users_release(used);
+	return 0;
+}
+
+int rdmalloc_chunk_commit(void *addr, size_t len)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = hooked(addr, len, "commit");
+	/* Settled (not being given or taken back by another thread), and a
+	 * given-back one held under the limit: idle chunks go first, once. */
+	for (int relieved = 0;; relieved = 1) {
+		while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		if (c->state != RDMALLOC_CHUNK_GONE || rdmalloc_hold(c->map_size))
+			break;
+		rdmalloc_chunk_unlock();
+		if (relieved) {
+			rdmalloc_log_limit(c->size);
+			return ENOMEM;
+		}
+		rdmalloc_relieve();
+		rdmalloc_chunk_lock();
+	}
+	if (c->state == RDMALLOC_CHUNK_QUARANTINED) {
+		rdmalloc_chunk_unlock();
+		return ENOMEM; /* jemalloc uses other memory */
+	}
+	if (c->state == RDMALLOC_CHUNK_GONE) {
+		c->state = RDMALLOC_CHUNK_TAKING;
+		rdmalloc_chunk_unlock();
+		int err = take_back(c); /* returns with the lock on success */
+		if (err) {
+			rdmalloc_chunk_lock();
+			c->state = RDMALLOC_CHUNK_GONE;
+			rdmalloc_held_bytes -= c->map_size;
+		}
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+		if (err) {
+			rdmalloc_chunk_unlock();
+			return err;
+		}
+	}
+	c->committed += len;
+	c->fresh = 0;
+	int zero = c->stale;
+	rdmalloc_chunk_unlock();
+	/* jemalloc owns [addr, addr+len) now, and takes it for zeroed. */
+	if (zero)
+		memset(addr, 0, len);
+	return 0;
+}
+
+void rdmalloc_chunk_decommit(void *addr, size_t len)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = hooked(addr, len, "decommit");
+	if (len > c->committed)
+		rdmalloc_fatal("decommit of %zu bytes of chunk %p, which has %zu committed", len,
+			       (void *)c->base, c->committed);
+	c->committed -= len;
+	c->stale = 1;
+	struct rdmalloc_chunk *batch = c->committed ? NULL : choose_idle(c->heap, 1);
+	rdmalloc_chunk_unlock();
+	give_back_batch(batch);
+}
+
+int rdmalloc_chunk_pin(struct rdmalloc_chunk *c)
+{
+	rdmalloc_chunk_lock();
+	int ok = c->state == RDMALLOC_CHUNK_LIVE;
+	c->pins += ok;
+	rdmalloc_chunk_unlock();
+	return ok ? 0 : ENOENT;
+}
+
+void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c)
+{
+	rdmalloc_chunk_lock();
+	if (!c->pins)
+		rdmalloc_fatal("chunk %p unpinned more often than pinned", (void *)c->base);
+	c->pins--;
+	struct rdmalloc_chunk *batch = idle(c) ? choose_idle(c->heap, 1) : NULL;
+	rdmalloc_chunk_unlock();
+	give_back_batch(batch);
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hold.c - what may be held: chunk bytes against RDMALLOC_MAX_REGISTERED,
+ * registrations refused for want of memory (RLIMIT_MEMLOCK), and the
+ * relief that gives memory back before a refusal becomes a failure.
+ */
+#include "chunkset.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "counters.h"
+#include "log.h"
+#include "options.h"
+#include "reserve.h"
+#include "tls.h"
+
+size_t rdmalloc_held_bytes; /* chunkset.h */
+
+void rdmalloc_log_reg_failure(size_t size, int err)
+{
+	struct rlimit rl = { 0, 0 };
+	getrlimit(RLIMIT_MEMLOCK, &rl);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN,
+			  "ibv_reg_mr of a %zu-byte chunk failed: %s (RLIMIT_MEMLOCK %llu bytes); "
+			  "jemalloc may retry with a smaller chunk, else the allocation fails "
+			  "with ENOMEM (further failures are only counted)",
+			  size, strerror(err), (unsigned long long)rl.rlim_cur);
+}
+
+/* May @want more bytes be held under RDMALLOC_MAX_REGISTERED?  Counted in
+ * rdmalloc_held_bytes if so.  Chunk lock held. */
+int rdmalloc_hold(size_t want)
+{
+	size_t limit = rdmalloc_opts.max_registered;
+	if (limit && (want > limit || rdmalloc_held_bytes > limit - want))
+		return 0;
+	rdmalloc_held_bytes += want;
+	return 1;
+}
+
+void rdmalloc_log_limit(size_t size)
+{
+	rdmalloc_tl_pressure = 1;
+	STAT_INC(limit_refusals);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN,
+			  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk, after idle chunks "
+			  "were given back; jemalloc may retry with a smaller chunk, else the allocation fails "
+			  "with ENOMEM (further refusals are only counted)",
+			  rdmalloc_opts.max_registered, size);
+}
+
+/* Registration failures that giving idle chunks back may cure; the
+ * thread remembers (tls.h). */
+int rdmalloc_pressure(int err)
+{
+	int p = err == ENOMEM || err == EAGAIN;
+	if (p)
+		rdmalloc_tl_pressure = 1;
+	return p;
+}
+
+/* Give memory back under pressure: the reserves first (they are nobody's
+ * yet), then idle chunks.  Non-zero when something went.  No lock held. */
+size_t rdmalloc_relieve(void)
+{
+	size_t bytes = rdmalloc_reserves_drop(1);
+	return bytes + rdmalloc_give_back_idle(NULL, 0);
+}
