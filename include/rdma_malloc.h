@@ -152,6 +152,13 @@ size_t rdma_malloc_trim(void);
  * of a region of @pd; a lookup that overlaps the attach or detach of @pd
  * returns its keys or ENODEV.  @len 0 is treated as 1.
  *
+ * Under the LD_PRELOAD drop-in, memory of plain malloc() is registered with
+ * a PD when it is first looked up there (RDMALLOC_PRELOAD_REGISTER): that
+ * first lookup of a chunk takes the PD lock and calls ibv_reg_mr(), and
+ * fails with ENOMEM when the registration is refused (RLIMIT_MEMLOCK,
+ * RDMALLOC_MAX_REGISTERED).  Memory of the rdma_* heaps is registered when
+ * it is allocated: its lookups never register.
+ *
  * A region covers one whole chunk of one heap, so a key grants the peer
  * access to the whole chunk, not only to [ptr, ptr+len).  Give remote access
  * flags only to heaps whose every byte peers may see (see doc/security.md).
@@ -166,7 +173,9 @@ size_t rdma_malloc_trim(void);
  * Return: the region, or NULL with errno:
  *  ENOENT  @ptr is not rdmalloc memory;
  *  ERANGE  @ptr is, but [@ptr, @ptr+@len) runs past its region;
- *  ENODEV  @pd is not attached (or, for NULL, there is no default PD).
+ *  ENODEV  @pd is not attached (or, for NULL, there is no default PD);
+ *  ENOMEM  the drop-in's first registration of @ptr's chunk with @pd was
+ *          refused (see above).
  * The region stays valid until its chunk is released (rdma_heap_destroy)
  * or given back (its memory all freed), @pd is detached, or an access change replaces it (rdma_heap_set_access():
  * always on devices that refuse ibv_rereg_mr, such as rxe).  Do not
@@ -179,7 +188,7 @@ struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd);
  * rdma_malloc_keys - the lkey and rkey of [@ptr, @ptr+@len) under @pd.
  *
  * Same lookup as rdma_malloc_mr().  @lkey and @rkey may each be NULL.
- * Return: 0 or ENOENT, ERANGE, ENODEV as for rdma_malloc_mr().
+ * Return: 0 or ENOENT, ERANGE, ENODEV, ENOMEM as for rdma_malloc_mr().
  */
 int rdma_malloc_keys(const void *ptr, size_t len, struct ibv_pd *pd,
 		     uint32_t *lkey, uint32_t *rkey);
@@ -500,7 +509,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 #define RDMA_MALLOC_STATS_FIELDS(X)                                                  \
 	X(chunks, gauge, "chunks held (each registered with every attached PD)")    \
 	X(chunk_bytes, gauge, "bytes in chunks held")                               \
-	X(unregistered_chunks, gauge, "chunks held with no registration (no PD)")   \
+	X(unregistered_chunks, gauge, "chunks with no registration: no PD, or the drop-in's that RDMA has not used yet")   \
 	X(live_bytes, gauge, "bytes in live allocations (jemalloc's count)")        \
 	X(registered_bytes, gauge, "bytes under live registrations, summed over PDs") \
 	X(mrs, gauge, "live memory regions")                                        \
@@ -547,7 +556,18 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(reserve_discards, counter, "reserve chunks released unused (size mispredicted, memory pressure, trim, heap destroyed)") \
 	X(reserve_skipped, counter, "reserve chunks not made: RDMALLOC_MAX_REGISTERED, or the mapping or a registration failed") \
 	X(reserve_chunks, gauge, "reserve chunks ready: held (counted in chunks) and registered, not yet jemalloc's") \
-	X(reserve_bytes, gauge, "bytes in reserve chunks ready (counted in chunk_bytes)")
+	X(reserve_bytes, gauge, "bytes in reserve chunks ready (counted in chunk_bytes)") \
+	X(refused_chunks, counter, "chunks the drop-in left unregistered: their registration was refused (RDMALLOC_MAX_REGISTERED, RLIMIT_MEMLOCK, a failure)") \
+	X(demand_registrations, counter, "registrations made on first use: a lookup or an elided ibv_reg_mr needed them") \
+	X(demand_refusals, counter, "registrations on first use refused: the lookup failed, the ibv_reg_mr went to libibverbs") \
+	X(pinned_bytes, gauge, "bytes of chunks held for registration, counted once whatever the PDs: the rdma_* heaps' from creation, the drop-in's while registered; what RDMALLOC_MAX_REGISTERED limits") \
+	X(peak_pinned_bytes, gauge, "the most pinned_bytes so far")               \
+	X(peak_chunk_bytes, gauge, "the most chunk_bytes so far")                 \
+	X(peak_live_bytes, gauge, "the most live_bytes seen when the stats were read (sampled: at least the peak's lower bound)") \
+	X(big_blocks, gauge, "blocks of RDMALLOC_BIG_BLOCK bytes or more in use, each a chunk of its own") \
+	X(big_bytes, gauge, "bytes of the chunks of big blocks in use")          \
+	X(big_cached_bytes, gauge, "bytes of freed big blocks' chunks kept for reuse, registrations included, until their decay time") \
+	X(big_cache_hits, counter, "big blocks served from a freed one's chunk: no mapping, no registration")
 
 #define RDMA_MALLOC_STATS_VERSION 1
 

@@ -370,12 +370,14 @@ static int settle(struct elided *e, struct rdmalloc_chunk *c, struct ibv_pd *pd,
 	struct ibv_pd *doomed = NULL;
 	rdmalloc_pd_lock();
 	int err = copy_chunk_mr(c, pd, access, &mr);
-	if (err == ENODEV) { /* first sight of this PD, or detached since */
+	if (err == ENODEV && !rdmalloc_pd_attached(pd)) { /* first sight of this PD, or detached since */
 		err = attach_for_elision(pd);
 		attached = !err;
 		if (!err)
-			err = copy_chunk_mr(c, pd, access, &mr); /* attach registered every chunk */
+			err = copy_chunk_mr(c, pd, access, &mr); /* attach registered an eager heap's chunks */
 	}
+	if (err == ENODEV && !(err = rdmalloc_chunk_demand(c, pd))) /* its first use with this PD */
+		err = copy_chunk_mr(c, pd, access, &mr);
 	if (!err || attached) {
 		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 		int i = entry_for(pd);
@@ -418,8 +420,9 @@ static void not_elided(int err)
 				  "or attached by the program: registrations with further PDs go to "
 				  "libibverbs (counted in elision_no_pd_slot)");
 	} else if (err != EACCES) {
-		rdmalloc_log_once(RDMALLOC_LOG_INFO, "cannot attach the program's PD (%s): its "
-				  "registrations go to libibverbs", strerror(err));
+		rdmalloc_log_once(RDMALLOC_LOG_INFO, "an ibv_reg_mr of the program on rdmalloc's memory goes "
+				  "to libibverbs: %s (further ones are only counted in passthrough_registrations)",
+				  strerror(err));
 	}
 }
 

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "big.h"
 #include "chunk.h"
 #include "compiler.h"
 #include "fork.h"
@@ -76,6 +77,11 @@ __attribute__((constructor(101))) static void preload_init(void)
 		STAT_INC(fallbacks);
 		return;
 	}
+	/* Most of a program's memory never meets a NIC: its chunks are
+	 * registered when RDMA first needs them, unless asked otherwise, and
+	 * a refused registration never fails a malloc (chunk.h). */
+	rdmalloc_heap_set_policy(h, rdmalloc_opts.preload_register == RDMALLOC_PRELOAD_EAGER ? RDMALLOC_REG_EAGER_PLAIN
+											  : RDMALLOC_REG_FIRST_USE);
 	pheap = h;
 	parena = rdmalloc_heap_arena_at(pheap, 0);
 	/* Its memory is in automatic caches: never to be destroyed. */
@@ -151,18 +157,30 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	if (rdmalloc_tl_in_verbs || !ready_thread())
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
 	errand();
-	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
-	void *p = rdmalloc_mallocx(size ? size : 1, flags);
-	if (!p && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */
-		p = rdmalloc_mallocx(size ? size : 1, flags);
+	void *p;
+	int tries = 2;
+	do { /* once more after memory pressure gave idle memory back */
+		if (rdmalloc_big_wanted(size, align))
+			p = rdmalloc_big_alloc(pheap, size, align, zero);
+		else
+			p = rdmalloc_mallocx(size ? size : 1,
+					     (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
+	} while (!p && --tries && rdmalloc_heaps_relieve());
 	if (!p)
 		errno = ENOMEM;
 	return p;
 }
 
+/* A block of the drop-in's heap for big.c's realloc, below the threshold. */
+static void *alloc_small(struct rdmalloc_heap *h, size_t size)
+{
+	(void)h;
+	return alloc_any(size, 0, 0);
+}
+
 PRELOAD_API void *malloc(size_t size)
 {
-	if (likely(fast())) {
+	if (likely(fast() && size < rdmalloc_big_min)) {
 		void *p = rdmalloc_auto_malloc(size);
 		if (likely(p != NULL))
 			return p;
@@ -177,7 +195,7 @@ PRELOAD_API void *calloc(size_t n, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (likely(fast())) {
+	if (likely(fast() && total < rdmalloc_big_min)) {
 		void *p = rdmalloc_auto_calloc(1, total);
 		if (likely(p != NULL))
 			return p;
@@ -192,7 +210,9 @@ static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, 
 	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 }
 
-/* free() of anything but preload memory. */
+/* free() of anything the auto map does not mark: the nest's blocks, big
+ * blocks, the rdma_* heaps' memory, and the drop-in's in a granule its
+ * chunk's mapping does not cover whole (addrmap.h). */
 static __attribute__((noinline)) void free_slow(void *p)
 {
 	if (!p)
@@ -202,10 +222,14 @@ static __attribute__((noinline)) void free_slow(void *p)
 		return;
 	}
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
-	if (c && c->heap != pheap) /* preload chunks were caught by preload_memory() */
-		rdmalloc_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
-	else
+	if (!c)
 		not_ours("free", p);
+	else if (c->big)
+		rdmalloc_big_free(c, p, "free");
+	else if (c->heap == pheap)
+		rdmalloc_auto_free(p);
+	else
+		rdmalloc_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
 }
 
 PRELOAD_API void free(void *p)
@@ -236,9 +260,12 @@ static size_t usable(void *p)
 {
 	if (rdmalloc_nest_owns(p))
 		return rdmalloc_nest_usable(p);
-	if (!preload_memory(p) && !rdmalloc_addrmap_lookup(p))
+	if (preload_memory(p))
+		return rdmalloc_auto_usable_size(p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
+	if (!c || (c->big && (uintptr_t)p != c->base))
 		not_ours("malloc_usable_size", p);
-	return rdmalloc_auto_usable_size(p);
+	return c->big ? rdmalloc_big_usable(c) : rdmalloc_auto_usable_size(p);
 }
 
 /* realloc() inside one of our verbs calls, or of a block of the nest: a new
@@ -263,7 +290,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		free(p);
 		return NULL;
 	}
-	if (likely(fast() && preload_memory(p))) { /* never inside a hook, never the nest's */
+	if (likely(fast() && preload_memory(p) && size < rdmalloc_big_min)) { /* never inside a hook, never the nest's */
 		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
 		if (unlikely(!q) && rdmalloc_heaps_relieve())
 			q = rdmalloc_auto_realloc(p, size);
@@ -274,21 +301,25 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	if (rdmalloc_tl_in_verbs || rdmalloc_nest_owns(p))
 		return realloc_moving(p, size);
 	errand();
-	if (preload_memory(p)) { /* on a thread that is not bound, or with an errand */
-		int tries = 2;
-		void *q;
-		do /* once more after a relief of memory pressure */
+	struct rdmalloc_chunk *c = preload_memory(p) ? NULL : rdmalloc_addrmap_lookup(p);
+	if (!preload_memory(p) && !c)
+		not_ours("realloc", p);
+	if (c && c->heap != pheap)
+		return rdmalloc_api_realloc(c->heap, p, c, size); /* an rdma_* heap: stay in it */
+	void *q;
+	int tries = 2;
+	do { /* once more after a relief of memory pressure */
+		if (c && c->big)
+			q = rdmalloc_big_realloc(c, p, size, alloc_small);
+		else if (rdmalloc_big_wanted(size, 0))
+			q = realloc_moving(p, size); /* a jemalloc block grown big */
+		else
 			q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
 					   : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
-		while (!q && --tries && rdmalloc_heaps_relieve());
-		if (!q)
-			errno = ENOMEM;
-		return q;
-	}
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
-	if (!c)
-		not_ours("realloc", p);
-	return rdmalloc_api_realloc(c->heap, p, c->heap, size); /* an rdma_* heap: stay in it */
+	} while (!q && --tries && rdmalloc_heaps_relieve());
+	if (!q)
+		errno = ENOMEM;
+	return q;
 }
 
 PRELOAD_API void *reallocarray(void *p, size_t n, size_t size)

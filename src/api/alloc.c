@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "big.h"
 #include "chunk.h"
 #include "heap.h"
 #include "heaps.h"
@@ -21,27 +22,57 @@ static inline void start_reserve(void)
 		rdmalloc_reserve_start();
 }
 
-/* The heap of @ptr; an address that is not ours is fatal, as glibc's free()
- * treats an invalid pointer. */
-static inline struct rdmalloc_heap *heap_of(const void *ptr, const char *who)
+/* The chunk of @ptr; an address that is not ours is fatal, as glibc's
+ * free() treats an invalid pointer. */
+static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 {
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
 	if (unlikely(!c))
 		rdmalloc_fatal("%s(%p): not memory from rdmalloc", who, ptr);
-	return c->heap;
+	return c;
 }
 
-/* errno is ENOMEM on failure and untouched on success, although a hook may
- * have failed (and set errno) before jemalloc retried with a smaller chunk. */
-static inline void *alloc(struct rdmalloc_heap *h, size_t size, int flags)
+/* @size bytes of @h aligned to @align (0: none), zeroed with @zero: a big
+ * block (big.h) or jemalloc's.  errno is ENOMEM on failure and untouched
+ * on success, although a hook may have failed (and set errno) before
+ * jemalloc retried with a smaller chunk. */
+static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	int saved = errno;
-	void *p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
-	if (unlikely(!p) && rdmalloc_heaps_relieve()) /* memory pressure: idle chunks went back */
-		p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) | flags);
+	void *p;
+	int tries = 2;
+	do { /* once more after memory pressure gave idle memory back */
+		if (rdmalloc_big_wanted(size, align))
+			p = rdmalloc_big_alloc(h, size, align, zero);
+		else
+			p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) |
+						      (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
+	} while (unlikely(!p) && --tries && rdmalloc_heaps_relieve());
 	start_reserve();
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
+}
+
+static void *alloc_plain(struct rdmalloc_heap *h, size_t size)
+{
+	return alloc(h, size, 0, 0);
+}
+
+/* The usable size of @ptr, in chunk @c. */
+static size_t usable(const struct rdmalloc_chunk *c, const void *ptr)
+{
+	if (c->big)
+		return (uintptr_t)ptr == c->base ? rdmalloc_big_usable(c) : 0;
+	return rdmalloc_sallocx(ptr);
+}
+
+/* Free @ptr, in chunk @c. */
+static void release(struct rdmalloc_chunk *c, void *ptr, const char *who)
+{
+	if (c->big)
+		rdmalloc_big_free(c, ptr, who);
+	else
+		rdmalloc_dallocx(ptr, rdmalloc_heap_free_flags(c->heap));
 }
 
 static int bad_alignment(size_t alignment)
@@ -52,7 +83,7 @@ static int bad_alignment(size_t alignment)
 RDMA_EXPORT void *rdma_heap_malloc(rdma_heap_t *heap, size_t size)
 {
 	rdmalloc_init();
-	return alloc(rdmalloc_api_heap(heap), size, 0);
+	return alloc(rdmalloc_api_heap(heap), size, 0, 0);
 }
 
 RDMA_EXPORT void *rdma_heap_calloc(rdma_heap_t *heap, size_t nmemb, size_t size)
@@ -63,7 +94,7 @@ RDMA_EXPORT void *rdma_heap_calloc(rdma_heap_t *heap, size_t nmemb, size_t size)
 		return NULL;
 	}
 	rdmalloc_init();
-	return alloc(rdmalloc_api_heap(heap), total, RDMALLOC_ZERO);
+	return alloc(rdmalloc_api_heap(heap), total, 0, 1);
 }
 
 RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, size_t size)
@@ -73,25 +104,29 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 		return NULL;
 	}
 	rdmalloc_init();
-	return alloc(rdmalloc_api_heap(heap), size, RDMALLOC_ALIGN(alignment));
+	return alloc(rdmalloc_api_heap(heap), size, alignment, 0);
 }
 
-void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_heap *from, size_t size)
+void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_chunk *c, size_t size)
 {
-	if (from != to) {
-		/* Moving between heaps: copy, then free from the old one. */
-		void *q = alloc(to, size, 0);
+	if (c->heap != to || (!c->big && rdmalloc_big_wanted(size, 0))) {
+		/* Into another heap, or a jemalloc block grown big: copy, then
+		 * free the old one. */
+		void *q = alloc(to, size, 0, 0);
 		if (!q)
 			return NULL;
-		size_t old = rdmalloc_sallocx(ptr);
+		size_t old = usable(c, ptr);
 		memcpy(q, ptr, old < size ? old : size);
-		rdmalloc_dallocx(ptr, rdmalloc_heap_free_flags(from));
+		release(c, ptr, "rdma_realloc");
 		return q;
 	}
 	int saved = errno;
-	void *q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
-	if (unlikely(!q) && rdmalloc_heaps_relieve())
-		q = rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
+	void *q;
+	int tries = 2;
+	do /* once more after memory pressure gave idle memory back */
+		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain)
+			   : rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
+	while (unlikely(!q) && --tries && rdmalloc_heaps_relieve());
 	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
@@ -102,8 +137,8 @@ RDMA_EXPORT void *rdma_heap_realloc(rdma_heap_t *heap, void *ptr, size_t size)
 	rdmalloc_init();
 	struct rdmalloc_heap *h = rdmalloc_api_heap(heap);
 	if (!ptr)
-		return alloc(h, size, 0);
-	return rdmalloc_api_realloc(h, ptr, heap_of(ptr, "rdma_heap_realloc"), size);
+		return alloc(h, size, 0, 0);
+	return rdmalloc_api_realloc(h, ptr, chunk_of(ptr, "rdma_heap_realloc"), size);
 }
 
 RDMA_EXPORT void *rdma_malloc(size_t size)
@@ -125,9 +160,9 @@ RDMA_EXPORT void *rdma_realloc(void *ptr, size_t size)
 {
 	rdmalloc_init();
 	if (!ptr)
-		return alloc(rdmalloc_api_heap(NULL), size, 0);
-	struct rdmalloc_heap *h = heap_of(ptr, "rdma_realloc"); /* its heap: it stays there */
-	return rdmalloc_api_realloc(h, ptr, h, size);
+		return alloc(rdmalloc_api_heap(NULL), size, 0, 0);
+	struct rdmalloc_chunk *c = chunk_of(ptr, "rdma_realloc"); /* its heap: it stays there */
+	return rdmalloc_api_realloc(c->heap, ptr, c, size);
 }
 
 RDMA_EXPORT int rdma_posix_memalign(void **memptr, size_t alignment, size_t size)
@@ -147,12 +182,11 @@ RDMA_EXPORT void rdma_free(void *ptr)
 {
 	if (!ptr)
 		return;
-	rdmalloc_dallocx(ptr, rdmalloc_heap_free_flags(heap_of(ptr, "rdma_free")));
+	release(chunk_of(ptr, "rdma_free"), ptr, "rdma_free");
 }
 
 RDMA_EXPORT size_t rdma_malloc_usable_size(const void *ptr)
 {
-	if (!ptr || !rdmalloc_addrmap_lookup(ptr))
-		return 0;
-	return rdmalloc_sallocx(ptr);
+	struct rdmalloc_chunk *c = ptr ? rdmalloc_addrmap_lookup(ptr) : NULL;
+	return c ? usable(c, ptr) : 0;
 }

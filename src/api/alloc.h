@@ -6,15 +6,16 @@
 #include <stddef.h>
 
 struct rdmalloc_heap;
+struct rdmalloc_chunk;
 
 /*
- * rdma_heap_realloc() of @ptr (not NULL), whose chunk the caller has
- * already looked up: @from is that chunk's heap, @to the heap the result
- * lives in (@from itself to keep the heap, as rdma_realloc()).  @size 0 is
- * 1.  Another heap's memory is moved (copied and freed).  NULL with errno
- * ENOMEM (@ptr untouched), else errno untouched.  The library is
- * initialised (a chunk exists).
+ * rdma_heap_realloc() of @ptr (not NULL), in chunk @c, which the caller
+ * has already looked up; the result lives in heap @to (@c's heap to keep
+ * it, as rdma_realloc()).  @size 0 is 1.  Another heap's memory is moved
+ * (copied and freed), as is a block that changes between jemalloc's and
+ * big (big.h).  NULL with errno ENOMEM (@ptr untouched), else errno
+ * untouched.  The library is initialised (a chunk exists).
  */
-void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_heap *from, size_t size);
+void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_chunk *c, size_t size);
 
 #endif

@@ -5,6 +5,7 @@
 #include <errno.h>
 
 #include "chunk.h"
+#include "compiler.h"
 #include "pd.h"
 #include "addrmap.h"
 #include "counters.h"
@@ -47,11 +48,37 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 	return 0;
 }
 
+/*
+ * ENODEV from the lookup: if [ptr, ptr+len) is in a chunk of an on-demand
+ * heap (the drop-in's) that has no registration with attached @pd yet,
+ * this is its first use there: register it (demand.c, under the PD lock)
+ * and look again.  Otherwise ENODEV stands.
+ */
+static __attribute__((noinline)) int first_use(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys,
+					       struct ibv_mr **mr)
+{
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
+	if (!pd)
+		pd = rdmalloc_pd_default();
+	if (!c || !pd || !rdmalloc_spec_on_demand(c->spec) || !rdmalloc_pd_attached(pd))
+		return ENODEV;
+	rdmalloc_pd_lock();
+	int err = rdmalloc_chunk_demand(c, pd);
+	rdmalloc_pd_unlock();
+	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
+}
+
+static inline int find_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys, struct ibv_mr **mr)
+{
+	int err = lookup_keys(ptr, len, pd, keys, mr);
+	return unlikely(err == ENODEV) ? first_use(ptr, len, pd, keys, mr) : err;
+}
+
 RDMA_EXPORT struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd)
 {
 	uint64_t keys;
 	struct ibv_mr *mr;
-	int err = lookup_keys(ptr, len, pd, &keys, &mr);
+	int err = find_keys(ptr, len, pd, &keys, &mr);
 	rdmalloc_stat_lookup(!err);
 	if (err) {
 		errno = err;
@@ -65,7 +92,7 @@ RDMA_EXPORT int rdma_malloc_keys(const void *ptr, size_t len, struct ibv_pd *pd,
 {
 	uint64_t keys;
 	struct ibv_mr *mr;
-	int err = lookup_keys(ptr, len, pd, &keys, &mr);
+	int err = find_keys(ptr, len, pd, &keys, &mr);
 	rdmalloc_stat_lookup(!err);
 	if (err)
 		return err;

@@ -44,6 +44,14 @@ unsigned rdmalloc_pd_count(void)
 	return n;
 }
 
+int rdmalloc_pd_attached(const struct ibv_pd *pd)
+{
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		if (rdmalloc_pd_at(s) == pd)
+			return 1;
+	return 0;
+}
+
 void rdmalloc_pd_forget(void)
 {
 	atomic_store_explicit(&default_pd, NULL, memory_order_relaxed);

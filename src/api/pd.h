@@ -10,6 +10,8 @@ void rdmalloc_pd_init(void);
 /* The default PD as of now (NULL if none or detached). */
 struct ibv_pd *rdmalloc_pd_default(void);
 unsigned rdmalloc_pd_count(void);
+/* Whether @pd is attached (a lock-free read). */
+int rdmalloc_pd_attached(const struct ibv_pd *pd);
 /* rdma_malloc_attach_pd / rdma_malloc_detach_pd of a non-NULL @pd, for an
  * initialised library (the drop-in's elision). */
 int rdmalloc_pd_attach(struct ibv_pd *pd);

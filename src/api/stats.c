@@ -7,6 +7,7 @@
 
 #include "compiler.h"
 #include "counters.h"
+#include "chunk.h"
 #include "heap.h"
 #include "init.h"
 #include "pd.h"
@@ -16,9 +17,13 @@ static void snapshot(struct rdma_malloc_stats *st)
 	rdmalloc_counters_read(st);
 	/* Derived values are computed here rather than kept in step. */
 	st->pds = (uint64_t)rdmalloc_pd_count();
-	st->unregistered_chunks = st->pds ? 0 : st->chunks;
+	st->unregistered_chunks = rdmalloc_chunks_unregistered();
+	st->pinned_bytes = rdmalloc_chunks_held_bytes();
 	st->heaps = (uint64_t)rdmalloc_heap_count();
 	st->live_bytes = rdmalloc_heap_live_bytes();
+	STAT_MAX(peak_live_bytes, st->live_bytes);
+	if (st->live_bytes > st->peak_live_bytes)
+		st->peak_live_bytes = st->live_bytes;
 }
 
 RDMA_EXPORT int rdma_malloc_stats_get(struct rdma_malloc_stats *st)

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "big.h"
 #include "chunk.h"
 #include "hooks.h"
 #include "lock.h"
@@ -43,6 +44,7 @@ struct rdmalloc_heap {
 	 * rdmalloc_heap_add_arenas (heap_mutex) */
 	_Atomic unsigned narenas;
 	unsigned arenas[RDMALLOC_HEAP_MAX_ARENAS];
+	struct rdmalloc_big_cache big; /* big.c's (its lock) */
 };
 
 #define TC_MAX 4096
@@ -98,6 +100,21 @@ unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h)
 struct rdmalloc_chunk_spec *rdmalloc_heap_spec(struct rdmalloc_heap *h)
 {
 	return &h->spec;
+}
+
+struct rdmalloc_big_cache *rdmalloc_heap_big(struct rdmalloc_heap *h)
+{
+	return &h->big;
+}
+
+long rdmalloc_heap_decay_ms(const struct rdmalloc_heap *h)
+{
+	return h->decay_ms;
+}
+
+RDMALLOC_TESTABLE void rdmalloc_heap_set_policy(struct rdmalloc_heap *h, int policy)
+{
+	h->spec.policy = policy;
 }
 
 void rdmalloc_heap_store_access(struct rdmalloc_heap *h, unsigned int access)
@@ -164,7 +181,7 @@ uint64_t rdmalloc_heap_live_bytes(void)
 			}
 	}
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
-	return total;
+	return total + atomic_load_explicit(&rdmalloc_counters.big_bytes, memory_order_relaxed);
 }
 
 /* The cache id in MALLOCX_TCACHE(id) (jemalloc encodes it as id + 2). */
@@ -398,6 +415,7 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 	/* Its reserve first: no growth comes any more, the thread stops
 	 * working for it, and its chunk goes. */
 	rdmalloc_reserve_close(&h->spec.reserve);
+	rdmalloc_big_forget(h); /* its big chunks go with the rest below */
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
 		if (rdmalloc_arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))
 			rdmalloc_fatal("arena.%u.destroy failed", h->arenas[i]);
@@ -435,6 +453,7 @@ size_t rdmalloc_heaps_trim(void)
 				je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
 			}
 			rdmalloc_heap_purge((rdma_heap_t *)h);
+			rdmalloc_big_decay(h, 0, 1);
 		}
 	}
 	/* Every idle chunk, the kept ones too: jemalloc decommitted them all. */

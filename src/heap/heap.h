@@ -47,6 +47,13 @@ unsigned int rdmalloc_heap_implied_access(unsigned int flags, unsigned int acces
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
 /* What the chunk layer reads of @h (chunk.h): its access and flags. */
 struct rdmalloc_chunk_spec *rdmalloc_heap_spec(struct rdmalloc_heap *h);
+/* @h's freed big blocks kept for reuse (big.h). */
+struct rdmalloc_big_cache *rdmalloc_heap_big(struct rdmalloc_heap *h);
+/* Milliseconds @h's free memory stays before it is given back (-1: never). */
+long rdmalloc_heap_decay_ms(const struct rdmalloc_heap *h);
+/* When @h's chunks are registered (enum rdmalloc_reg_policy, chunk.h):
+ * before its first chunk; a heap is RDMALLOC_REG_EAGER unless told. */
+RDMALLOC_TESTABLE void rdmalloc_heap_set_policy(struct rdmalloc_heap *h, int policy);
 #define RDMALLOC_HEAP_FLAGS_ALL \
 	(RDMA_HEAP_HUGEPAGES | RDMA_HEAP_MW_BIND | RDMA_HEAP_ODP | RDMA_HEAP_ODP_IMPLICIT)
 #define IBV_ACCESS_ON_DEMAND_ 0x40u /* IBV_ACCESS_ON_DEMAND, without verbs.h */

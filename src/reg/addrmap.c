@@ -38,15 +38,21 @@ static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
 	return m;
 }
 
+/* The auto map marks a granule only when the chunk's mapping covers all of
+ * it: the rest of a granule a mapping ends inside is the kernel's to give
+ * to anyone, and a free() there must not reach jemalloc (it takes the slow
+ * path, whose lookup checks the chunk's bounds).  Big chunks are never
+ * jemalloc's: not marked. */
 static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 {
-	unsigned char *mark = c->spec->auto_cache ? rdmalloc_addrmap_auto : NULL;
+	unsigned char *mark = c->spec->auto_cache && !c->big ? rdmalloc_addrmap_auto : NULL;
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE) {
 		rdmalloc_addrmap_entry_t *leaf = leaf_of(a, 0);
 		atomic_store_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & L2_MASK], val,
 				      memory_order_release);
 		if (mark)
-			__atomic_store_n(&mark[a >> RDMALLOC_GRANULE_SHIFT], val != NULL, __ATOMIC_RELEASE);
+			__atomic_store_n(&mark[a >> RDMALLOC_GRANULE_SHIFT],
+					 val != NULL && c->base + c->map_size - a >= RDMALLOC_GRANULE, __ATOMIC_RELEASE);
 	}
 }
 

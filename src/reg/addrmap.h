@@ -52,8 +52,10 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 /*
  * The granules of chunks whose spec has `auto_cache` (the drop-in's heap,
  * whose memory goes through the thread's automatic cache and is never
- * released): one byte each, so that the drop-in's free() tells its own
- * memory from anything else with one load, however many chunks there are.
+ * released), but of its big chunks, and only granules its chunk's mapping
+ * covers whole: one byte each, so that the drop-in's free() tells its own
+ * jemalloc memory from anything else with one load, however many chunks
+ * there are (what is not marked takes the slow path).
  * 2^27 bytes of address space, reserved on the first such chunk and
  * touched only where bytes are set or read (one page per 8 GiB of address
  * space).  rdmalloc_addrmap_auto_end is 0 until the map exists, then its

@@ -48,14 +48,27 @@ void rdmalloc_deregister_unmap(struct rdmalloc_chunk *c, void *p, size_t len)
 	}
 }
 
+/* The drop-in leaves @c plain (RDMALLOC_REG_EAGER_PLAIN): its registration
+ * was refused with @err (ENOMEM for RDMALLOC_MAX_REGISTERED). */
+static void left_plain(const struct rdmalloc_chunk *c, int err)
+{
+	STAT_INC(refused_chunks);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN, "a %zu-byte chunk is left unregistered: %s; its memory is "
+			  "allocated all the same and registered when RDMA first needs it, and new "
+			  "chunks try again (further ones are only counted in refused_chunks)",
+			  c->size, rdmalloc_refusal_text(err));
+}
+
 /*
  * Map @size bytes aligned to @align (a power of two, at least the granule)
- * for @heap and register them with every attached PD: the chunk,
- * unpublished, with the chunk lock held (*@used: the PDs counted in
- * pd_users for the caller), or NULL with errno set and no lock.  An
- * allocation (@for_r NULL) under memory pressure gives memory back and
- * tries once more (rdmalloc_relieve()); a reserve fill (@for_r) never does, and
- * keeps for_r->fill_held equal to the bytes it holds meanwhile.
+ * for @heap and, if its heap registers chunks when they are made, register
+ * them with every attached PD: the chunk, unpublished, with the chunk lock
+ * held (*@used: the PDs counted in pd_users for the caller), or NULL with
+ * errno set and no lock.  An allocation (@for_r NULL) under memory
+ * pressure gives memory back and tries once more (rdmalloc_relieve()); a
+ * reserve fill (@for_r) never does, and keeps for_r->fill_held equal to
+ * the bytes it holds meanwhile.  A refused registration fails, but for an
+ * allocation of an EAGER_PLAIN heap, which gets the chunk plain.
  */
 static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec, size_t size,
 				   size_t align, struct rdmalloc_reserve *for_r, unsigned *used)
@@ -68,26 +81,32 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 		errno = ENOMEM;
 		return NULL;
 	}
-	rdmalloc_chunk_lock();
-	int held = rdmalloc_hold(want);
-	rdmalloc_chunk_unlock();
-	if (!held && !for_r) { /* memory pressure: reserves and idle chunks go first, then once more */
-		rdmalloc_relieve();
+	int eager = rdmalloc_spec_eager(spec);
+	int plain_ok = spec->policy == RDMALLOC_REG_EAGER_PLAIN && !for_r;
+	int held = 0, refused = 0;
+	if (eager) {
 		rdmalloc_chunk_lock();
 		held = rdmalloc_hold(want);
 		rdmalloc_chunk_unlock();
-		if (!held)
-			rdmalloc_log_limit(size);
-	}
-	if (!held) {
-		errno = ENOMEM;
-		return NULL;
+		if (!held && !for_r) { /* memory pressure: reserves and idle chunks go first, then once more */
+			rdmalloc_relieve();
+			rdmalloc_chunk_lock();
+			held = rdmalloc_hold(want);
+			rdmalloc_chunk_unlock();
+			if (!held)
+				rdmalloc_log_limit(size);
+		}
+		if (!held && !plain_ok) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		refused = held ? 0 : EDQUOT;
 	}
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = rdmalloc_desc_alloc();
-	if (!c)
+	if (!c && held)
 		rdmalloc_held_bytes -= want;
-	else if (for_r)
+	else if (c && for_r)
 		for_r->fill_held = want;
 	rdmalloc_chunk_unlock();
 	if (!c) {
@@ -103,7 +122,7 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 		map_size = size;
 		goto fail;
 	}
-	if (map_size != want) {
+	if (held && map_size != want) {
 		rdmalloc_chunk_lock();
 		rdmalloc_held_bytes += map_size - want; /* wraps correctly when smaller */
 		if (for_r)
@@ -117,19 +136,39 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	c->page_kind = kind;
 	c->heap = heap;
 	c->spec = spec;
-	err = rdmalloc_register_steady(c, used);
-	if (err && !for_r && rdmalloc_pressure(err) && rdmalloc_relieve())
-		err = rdmalloc_register_steady(c, used); /* memory went back: once more */
-	if (err) {
-		if (!for_r)
-			rdmalloc_log_reg_failure(size, err);
-		goto fail;
+	if (held) {
+		err = rdmalloc_register_steady(c, used);
+		if (err && !for_r && rdmalloc_pressure(err) && rdmalloc_relieve())
+			err = rdmalloc_register_steady(c, used); /* memory went back: once more */
+		if (err && !plain_ok) {
+			if (!for_r)
+				rdmalloc_log_reg_failure(size, err);
+			goto fail;
+		}
+		if (err) { /* plain it is: nothing of it may stay registered */
+			int kept = rdmalloc_region_deregister_all(c);
+			rdmalloc_chunk_lock();
+			rdmalloc_pd_users_release(*used);
+			*used = 0;
+			if (kept) /* a region nobody has the keys of keeps its pages: they stay held */
+				goto done;
+			rdmalloc_held_bytes -= want;
+			held = 0;
+			refused = err;
+		}
+	} else {
+		rdmalloc_chunk_lock();
 	}
+done:
+	c->held = held;
+	if (refused)
+		left_plain(c, refused);
 	return c;
 fail:
 	rdmalloc_deregister_unmap(c, p, map_size);
 	rdmalloc_chunk_lock();
-	rdmalloc_held_bytes -= want;
+	if (held)
+		rdmalloc_held_bytes -= want;
 	if (for_r)
 		for_r->fill_held = 0;
 	rdmalloc_desc_free(c);
@@ -147,7 +186,8 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 {
 	rdmalloc_deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
-	rdmalloc_held_bytes -= c->map_size;
+	if (c->held)
+		rdmalloc_held_bytes -= c->map_size;
 	if (counted)
 		rdmalloc_count_held(c, -1);
 	rdmalloc_desc_free(c);
@@ -217,6 +257,30 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 	return c;
 }
 
+/*
+ * Publish @c, just made (chunk lock held) or taken from the reserve
+ * (@counted 0: already in the stats of chunks): in the address map and the
+ * chunk list, LIVE, with all of it committed or (@committed 0) none.  0
+ * with the lock held, or an errno value with @c undone and no lock.
+ */
+static int go_live(struct rdmalloc_chunk *c, unsigned used, int committed, int counted)
+{
+	int err = rdmalloc_addrmap_insert(c);
+	if (err) {
+		rdmalloc_chunk_unlock();
+		unmake(c, used, !counted);
+		return err;
+	}
+	rdmalloc_chunk_link(c);
+	c->state = RDMALLOC_CHUNK_LIVE;
+	c->committed = committed ? c->size : 0;
+	c->fresh = !committed;
+	atomic_store_explicit(&c->live_size, c->size, memory_order_release);
+	if (counted)
+		rdmalloc_count_held(c, 1); /* a reserve chunk is counted from when it is made */
+	return 0;
+}
+
 struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
 					     size_t size, size_t alignment, int committed)
 {
@@ -245,27 +309,43 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 	int inline_made = !c;
 	if (!c && !(c = make(heap, spec, size, align, NULL, &used)))
 		return NULL;
-	int err = rdmalloc_addrmap_insert(c);
+	int err = go_live(c, used, committed, inline_made);
 	if (err) {
-		rdmalloc_chunk_unlock();
-		unmake(c, used, !inline_made);
 		errno = err;
 		return NULL;
 	}
-	rdmalloc_chunk_link(c);
-	c->state = RDMALLOC_CHUNK_LIVE;
-	c->committed = committed ? size : 0;
-	c->fresh = !committed;
-	atomic_store_explicit(&c->live_size, size, memory_order_release);
-	if (inline_made) {
-		rdmalloc_count_held(c, 1); /* a reserve chunk is counted from when it is made */
-		STAT_INC(inline_chunks);
-	} else {
+	if (!inline_made) {
 		STAT_INC(reserve_hits);
 		if (resync)
 			STAT_INC(reserve_resyncs);
+	} else if (c->held) {
+		STAT_INC(inline_chunks);
 	}
-	rdmalloc_reserve_grown(spec, heap, size);
+	if (rdmalloc_spec_eager(spec))
+		rdmalloc_reserve_grown(spec, heap, size);
+	rdmalloc_pd_users_release(used);
+	rdmalloc_chunk_unlock();
+	return c;
+}
+
+struct rdmalloc_chunk *rdmalloc_chunk_create_big(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
+						 size_t size, size_t alignment)
+{
+	size_t align = alignment > RDMALLOC_GRANULE ? alignment : RDMALLOC_GRANULE;
+	if (!is_pow2(align) || size == 0 || size > SIZE_MAX - align) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	unsigned used = 0;
+	struct rdmalloc_chunk *c = make(heap, spec, size, align, NULL, &used);
+	if (!c)
+		return NULL;
+	c->big = 1; /* before it is published: never marked in the auto map */
+	int err = go_live(c, used, 1, 1);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
 	rdmalloc_pd_users_release(used);
 	rdmalloc_chunk_unlock();
 	return c;
@@ -316,17 +396,18 @@ size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
 	return bytes;
 }
 
-/* Unpublish, deregister, unmap.  No lock held; the caller owns @c (its
- * heap is being destroyed: no hook or walk runs on it). */
+/* Unpublish, deregister, unmap: a chunk of a heap being destroyed (no hook
+ * runs on it), or a big one its heap let go of.  Waits for a give-back,
+ * take-back or walk under way on it.  No lock held. */
 static void release(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();
-	/* Memory pressure on another heap may be giving it back: let it
-	 * finish; from now on nobody else chooses it. */
-	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
+	/* Memory pressure on another heap may be giving it back, a walk may
+	 * work on it: let them finish; from now on nobody else chooses it. */
+	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING || c->busy)
 		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
-	int held = c->state != RDMALLOC_CHUNK_GONE;
-	int reserved = c->state == RDMALLOC_CHUNK_RESERVED; /* not published, not in the chunk stats */
+	int counted = c->state != RDMALLOC_CHUNK_GONE;
+	int reserved = c->state == RDMALLOC_CHUNK_RESERVED; /* not published */
 	if (reserved) {
 		unpark(c);
 		STAT_INC(reserve_discards);
@@ -339,12 +420,45 @@ static void release(struct rdmalloc_chunk *c)
 	rdmalloc_chunk_unlock();
 	rdmalloc_deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
-	if (held) {
+	if (counted)
 		rdmalloc_count_held(c, -1);
+	if (c->held)
 		rdmalloc_held_bytes -= c->map_size;
-	}
 	rdmalloc_desc_free(c);
 	rdmalloc_chunk_unlock();
+}
+
+int rdmalloc_chunk_resync(struct rdmalloc_chunk *c)
+{
+	rdmalloc_chunk_lock();
+	int steady = !rdmalloc_spec_eager(c->spec) || !c->held || in_step(c);
+	if (!steady)
+		c->busy++; /* no give-back, no release meanwhile */
+	rdmalloc_chunk_unlock();
+	if (steady)
+		return 0;
+	unsigned used = 0;
+	int err = rdmalloc_register_steady(c, &used); /* with the lock on success */
+	if (err)
+		rdmalloc_chunk_lock();
+	c->busy--;
+	rdmalloc_pd_users_release(used);
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+	rdmalloc_chunk_unlock();
+	return err;
+}
+
+int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c)
+{
+	rdmalloc_chunk_lock();
+	int pinned = c->pins != 0;
+	if (!pinned) /* no pin comes now: pins need a LIVE chunk */
+		c->state = RDMALLOC_CHUNK_RELEASING;
+	rdmalloc_chunk_unlock();
+	if (pinned)
+		return EBUSY;
+	release(c);
+	return 0;
 }
 
 void rdmalloc_chunk_destroyed(void *addr, size_t size)

@@ -46,6 +46,27 @@ static inline uint32_t rdmalloc_keys_rkey(uint64_t keys)
 }
 
 /*
+ * When a heap's chunks are registered (doc/design.md, "When memory is
+ * registered").  A heap's policy is fixed before its first chunk.
+ */
+enum rdmalloc_reg_policy {
+	/* Registered when made (by the reserve's thread ahead of need, or
+	 * inline); a refused registration fails the allocation (ENOMEM).
+	 * The rdma_* heaps: their callers asked for registered memory. */
+	RDMALLOC_REG_EAGER = 0,
+	/* Made plain; each chunk is registered with a PD when RDMA first
+	 * needs it there: a key lookup, or the drop-in's elision of the
+	 * program's ibv_reg_mr (rdmalloc_chunk_demand).  A refusal then
+	 * fails that lookup or elision, never an allocation.  The drop-in's
+	 * heap by default: most of a program's memory never meets a NIC. */
+	RDMALLOC_REG_FIRST_USE,
+	/* Registered when made, as EAGER, but a refused registration leaves
+	 * the chunk plain (as FIRST_USE) instead of failing the allocation:
+	 * logged once, counted in refused_chunks.  RDMALLOC_PRELOAD_REGISTER=eager. */
+	RDMALLOC_REG_EAGER_PLAIN,
+};
+
+/*
  * A heap as the chunk layer sees it: values that the heap layer, which owns
  * it, keeps up to date; the chunk layer never calls up into heaps.
  */
@@ -59,12 +80,25 @@ struct rdmalloc_chunk_spec {
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation(): bumped by access changes
 					(heap layer) and by chunks given back (chunk layer) */
 	size_t grow_limit;           /* its arenas' retain_grow_limit (0: jemalloc's), fixed */
+	int policy;                  /* enum rdmalloc_reg_policy, fixed before its first chunk */
 	struct rdmalloc_reserve reserve; /* the chunk layer's (reserve.h) */
 };
 
 static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec *s)
 {
 	return atomic_load_explicit(&s->access, memory_order_acquire);
+}
+
+/* Whether @s's chunks are registered when made. */
+static inline int rdmalloc_spec_eager(const struct rdmalloc_chunk_spec *s)
+{
+	return s->policy != RDMALLOC_REG_FIRST_USE;
+}
+
+/* Whether @s's chunks may lack registrations, made when RDMA needs them. */
+static inline int rdmalloc_spec_on_demand(const struct rdmalloc_chunk_spec *s)
+{
+	return s->policy != RDMALLOC_REG_EAGER;
 }
 
 /*
@@ -100,6 +134,7 @@ struct rdmalloc_chunk {
 	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
 	struct rdmalloc_heap *heap;              /* its owner: only compared here */
 	struct rdmalloc_chunk_spec *spec; /* its owner's flags (the chunk layer writes key_gen only) */
+	int big;         /* one block of its own (heap/big.c), never jemalloc's: no hook sees it */
 	struct rdmalloc_reg reg[RDMA_MALLOC_MAX_PDS]; /* reg[i]: with PD i of the PD table */
 	size_t destroyed;                             /* bytes handed back by the destroy hook */
 	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
@@ -110,6 +145,14 @@ struct rdmalloc_chunk {
 	unsigned pins;     /* memory windows and drop-in elided regions on it */
 	int stale;         /* holds bytes of ranges jemalloc decommitted: commits zero them */
 	int fresh;         /* created uncommitted, not committed yet: not idle */
+	int held;          /* counted in the bytes held against RDMALLOC_MAX_REGISTERED (hold.c):
+			      from creation for an eager heap's chunk, while it has a
+			      registration for an on-demand one */
+	unsigned discarding; /* decommitted ranges of a plain chunk being discarded (MADV_DONTNEED):
+				no registration starts meanwhile (demand.c) */
+	/* The heap layer's, for a big chunk (heap/big.c, under its lock): */
+	struct rdmalloc_chunk *owner_next, *owner_prev;
+	uint64_t owner_word;
 	struct rdmalloc_chunk *giving_next; /* a batch being given back */
 	struct rdmalloc_chunk *next, *prev; /* all chunks, given-back ones included */
 };
@@ -136,6 +179,37 @@ void rdmalloc_chunk_unlock(void);
  */
 struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
 					     size_t size, size_t alignment, int committed);
+
+/*
+ * A chunk of @size bytes holding one block of its own (heap/big.c), aligned
+ * to max(@alignment, granule), registered per its heap's policy and
+ * published, all of it committed; never jemalloc's, never idle: its heap
+ * releases it (rdmalloc_chunk_release_big).  NULL with errno as
+ * rdmalloc_chunk_create.  Takes the chunk lock.
+ */
+struct rdmalloc_chunk *rdmalloc_chunk_create_big(struct rdmalloc_heap *heap, struct rdmalloc_chunk_spec *spec,
+						 size_t size, size_t alignment);
+/* Bring LIVE chunk @c of an eager heap, which the caller owns (a big
+ * block kept for reuse), in step with the PD table and its heap's access,
+ * as a chunk made now would be (after a fork: the child's PDs): 0, or the
+ * errno of a failed registration.  Takes the chunk lock. */
+int rdmalloc_chunk_resync(struct rdmalloc_chunk *c);
+/* Unpublish, deregister and unmap big chunk @c (its block was freed): 0,
+ * or EBUSY while it is pinned (a memory window, an elided region: nothing
+ * done).  Waits for a walk under way on it.  Takes the chunk lock. */
+int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
+
+/*
+ * Register chunk @c of an on-demand heap with attached @pd now, if it is
+ * not yet (its first use by RDMA there): 0; ENOENT (@c is not LIVE: given
+ * back or released, its memory is free); ENODEV (@pd is not attached, or
+ * @c's heap registers its chunks when they are made); ENOMEM
+ * (RDMALLOC_MAX_REGISTERED, after idle memory was given back); or the errno
+ * of the failed ibv_reg_mr (ENOMEM/EAGAIN for RLIMIT_MEMLOCK, after idle
+ * memory was given back).  The caller holds the PD lock.  Takes the chunk
+ * lock.
+ */
+int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd);
 
 /* The destroy hook handed back [addr, addr+size): once a whole chunk has
  * come back, unpublish, deregister and unmap it.  Takes the chunk lock. */
@@ -219,6 +293,13 @@ void rdmalloc_chunks_bump_gen(void);
 /* How many registrations (chunk x PD) @heap has now: a bound for the
  * reports of one access change.  Takes the chunk lock. */
 size_t rdmalloc_chunks_count_regs(const struct rdmalloc_heap *heap);
+
+/* Bytes of chunks held against RDMALLOC_MAX_REGISTERED: those registered
+ * (pinned), or being made, or an eager heap's.  Takes the chunk lock. */
+size_t rdmalloc_chunks_held_bytes(void);
+/* Chunks with no registration at all: plain ones of on-demand heaps, or
+ * every chunk when no PD is attached.  Takes the chunk lock. */
+size_t rdmalloc_chunks_unregistered(void);
 
 /* In a fork child: forget every registration (they are the parent's). */
 void rdmalloc_chunks_forget_registrations(void);

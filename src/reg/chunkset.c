@@ -65,7 +65,7 @@ void rdmalloc_count_held(const struct rdmalloc_chunk *c, int delta)
 {
 	if (delta > 0) {
 		STAT_INC(chunks);
-		STAT_ADD(chunk_bytes, c->map_size);
+		STAT_MAX(peak_chunk_bytes, STAT_ADD(chunk_bytes, c->map_size) + c->map_size);
 	} else {
 		STAT_SUB(chunks, 1);
 		STAT_SUB(chunk_bytes, c->map_size);

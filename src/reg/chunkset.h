@@ -67,6 +67,10 @@ int rdmalloc_pressure(int err);
 /* Give memory back under pressure: the reserves first, then idle chunks.
  * Non-zero when something went.  No lock held. */
 size_t rdmalloc_relieve(void);
+/* Why a registration was refused, for a log line: @err is EDQUOT for
+ * RDMALLOC_MAX_REGISTERED, else the errno of ibv_reg_mr (the memlock
+ * limit named for ENOMEM and EAGAIN).  The thread's own buffer. */
+const char *rdmalloc_refusal_text(int err);
 
 /* ---- chunk.c ---- */
 /* Deregister @c from every PD, then unmap its @len bytes at @p (NULL: not

@@ -26,11 +26,13 @@
 #include "region.h"
 #include "reserve.h"
 
-/* Idle: registered, not a byte committed, nothing on it. */
+/* Idle: held (registered, or an eager heap's: pinned memory to give
+ * back), not a byte committed, nothing on it.  A plain chunk of an
+ * on-demand heap gave its pages back as they were decommitted. */
 static int idle(const struct rdmalloc_chunk *c)
 {
-	return c->state == RDMALLOC_CHUNK_LIVE && c->spec->gives_back && c->committed == 0 && !c->busy &&
-	       !c->pins && !c->fresh;
+	return c->state == RDMALLOC_CHUNK_LIVE && c->spec->gives_back && c->held && c->committed == 0 &&
+	       !c->busy && !c->pins && !c->fresh && !c->big;
 }
 
 /* Mark @c to be given back and chain it on *@batch; count the PDs it is
@@ -93,10 +95,18 @@ static size_t give_back(struct rdmalloc_chunk *c)
 		 * Counted as held, never committed again. */
 		c->state = RDMALLOC_CHUNK_QUARANTINED;
 	} else {
-		c->state = RDMALLOC_CHUNK_GONE;
 		c->stale = err != 0;
 		rdmalloc_held_bytes -= c->map_size;
-		rdmalloc_count_held(c, -1);
+		c->held = 0;
+		if (rdmalloc_spec_on_demand(c->spec)) {
+			/* Plain again, published: registered again when RDMA
+			 * needs it, not when jemalloc commits into it. */
+			c->state = RDMALLOC_CHUNK_LIVE;
+			atomic_store_explicit(&c->live_size, c->size, memory_order_release);
+		} else {
+			c->state = RDMALLOC_CHUNK_GONE;
+			rdmalloc_count_held(c, -1);
+		}
 		STAT_INC(chunks_given_back);
 		STAT_ADD(bytes_given_back, c->map_size);
 		/* Its keys are gone: a program that cached them can tell. */
@@ -168,6 +178,7 @@ static int take_back(struct rdmalloc_chunk *c)
 		return err;
 	}
 	c->state = RDMALLOC_CHUNK_LIVE;
+	c->held = 1;
 	atomic_store_explicit(&c->live_size, c->size, memory_order_release);
 	rdmalloc_count_held(c, 1);
 	STAT_INC(chunks_taken_back);
@@ -231,6 +242,22 @@ void rdmalloc_chunk_decommit(void *addr, size_t len)
 		rdmalloc_fatal("decommit of %zu bytes of chunk %p, which has %zu committed", len,
 			       (void *)c->base, c->committed);
 	c->committed -= len;
+	if (c->state == RDMALLOC_CHUNK_LIVE && !c->held && rdmalloc_spec_on_demand(c->spec)) {
+		/* Plain memory of an on-demand heap: nothing pins it, so its
+		 * pages go back now, at page grain, as jemalloc's own do.  No
+		 * registration starts meanwhile (rdmalloc_chunk_demand waits):
+		 * it would pin pages the CPU is about to lose. */
+		c->discarding++;
+		rdmalloc_chunk_unlock();
+		int err = rdmalloc_os_dontneed(addr, len);
+		rdmalloc_chunk_lock();
+		c->discarding--;
+		c->stale |= err != 0; /* the old bytes stayed: zeroed when committed */
+		if (!c->discarding)
+			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+		rdmalloc_chunk_unlock();
+		return;
+	}
 	c->stale = 1;
 	struct rdmalloc_chunk *batch = c->committed ? NULL : choose_idle(c->heap, 1);
 	rdmalloc_chunk_unlock();

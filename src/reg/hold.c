@@ -7,10 +7,13 @@
 #include "chunkset.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "compiler.h"
 #include "counters.h"
+#include "lock.h"
 #include "log.h"
 #include "options.h"
 #include "reserve.h"
@@ -18,15 +21,31 @@
 
 size_t rdmalloc_held_bytes; /* chunkset.h */
 
-void rdmalloc_log_reg_failure(size_t size, int err)
+static unsigned long long memlock_limit(void)
 {
 	struct rlimit rl = { 0, 0 };
 	getrlimit(RLIMIT_MEMLOCK, &rl);
+	return (unsigned long long)rl.rlim_cur;
+}
+
+void rdmalloc_log_reg_failure(size_t size, int err)
+{
 	rdmalloc_log_once(RDMALLOC_LOG_WARN,
-			  "ibv_reg_mr of a %zu-byte chunk failed: %s (RLIMIT_MEMLOCK %llu bytes); "
-			  "jemalloc may retry with a smaller chunk, else the allocation fails "
-			  "with ENOMEM (further failures are only counted)",
-			  size, strerror(err), (unsigned long long)rl.rlim_cur);
+			  "ibv_reg_mr of a %zu-byte chunk failed: %s; jemalloc may retry with a smaller "
+			  "chunk, else the allocation fails with ENOMEM (further failures are only counted)",
+			  size, rdmalloc_refusal_text(err));
+}
+
+const char *rdmalloc_refusal_text(int err)
+{
+	static RDMALLOC_TLS char buf[160];
+	if (err == EDQUOT)
+		snprintf(buf, sizeof(buf), "RDMALLOC_MAX_REGISTERED (%zu bytes) reached", rdmalloc_opts.max_registered);
+	else if (err == ENOMEM || err == EAGAIN)
+		snprintf(buf, sizeof(buf), "ibv_reg_mr: %s (RLIMIT_MEMLOCK %llu bytes)", strerror(err), memlock_limit());
+	else
+		snprintf(buf, sizeof(buf), "ibv_reg_mr: %s", strerror(err));
+	return buf;
 }
 
 /* May @want more bytes be held under RDMALLOC_MAX_REGISTERED?  Counted in
@@ -37,7 +56,16 @@ int rdmalloc_hold(size_t want)
 	if (limit && (want > limit || rdmalloc_held_bytes > limit - want))
 		return 0;
 	rdmalloc_held_bytes += want;
+	STAT_MAX(peak_pinned_bytes, rdmalloc_held_bytes);
 	return 1;
+}
+
+size_t rdmalloc_chunks_held_bytes(void)
+{
+	rdmalloc_chunk_lock();
+	size_t n = rdmalloc_held_bytes;
+	rdmalloc_chunk_unlock();
+	return n;
 }
 
 void rdmalloc_log_limit(size_t size)
@@ -46,8 +74,8 @@ void rdmalloc_log_limit(size_t size)
 	STAT_INC(limit_refusals);
 	rdmalloc_log_once(RDMALLOC_LOG_WARN,
 			  "RDMALLOC_MAX_REGISTERED (%zu bytes) refuses a %zu-byte chunk, after idle chunks "
-			  "were given back; jemalloc may retry with a smaller chunk, else the allocation fails "
-			  "with ENOMEM (further refusals are only counted)",
+			  "were given back; what needed it fails with ENOMEM, or (the drop-in's heap) gets "
+			  "it unregistered (further refusals are only counted)",
 			  rdmalloc_opts.max_registered, size);
 }
 

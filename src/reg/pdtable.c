@@ -99,15 +99,24 @@ int rdmalloc_register_steady(struct rdmalloc_chunk *c, unsigned *used)
 	}
 }
 
+/* Whether an attach registers @c with its new PD now: the chunks of an
+ * eager heap, and those of an EAGER_PLAIN heap that are registered; plain
+ * chunks wait for their first use there (demand.c). */
+static int attach_wants(const struct rdmalloc_chunk *c)
+{
+	return rdmalloc_spec_eager(c->spec) && c->held;
+}
+
 /* The next LIVE or RESERVED chunk whose registration @i is (or, with @is
- * 0, is not) with @pd, or NULL.  Chunks being created, given back or taken
- * back are their own thread's: the PD table's generation and pd_users keep
- * them in step.  Chunk lock held. */
+ * 0, is not but should be) with @pd, or NULL.  Chunks being created, given
+ * back or taken back are their own thread's: the PD table's generation and
+ * pd_users keep them in step.  Chunk lock held. */
 static struct rdmalloc_chunk *next_registered(unsigned i, struct ibv_pd *pd, int is)
 {
 	struct rdmalloc_chunk *c = rdmalloc_chunk_list;
 	while (c && ((c->state != RDMALLOC_CHUNK_LIVE && c->state != RDMALLOC_CHUNK_RESERVED) ||
-		     (atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed) == pd) != is))
+		     (atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed) == pd) != is ||
+		     (!is && !attach_wants(c))))
 		c = c->next;
 	return c;
 }
@@ -122,9 +131,21 @@ static void walk_enter(struct rdmalloc_chunk *c)
 
 static void walk_leave(struct rdmalloc_chunk *c)
 {
-	c->busy--;
-	if (c->state == RDMALLOC_CHUNK_RESERVED)
-		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a drop may wait for it */
+	if (!--c->busy)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a drop or a release may wait for it */
+}
+
+/* A chunk of an on-demand heap that lost its last registration (and none
+ * is made meanwhile: demands hold the PD lock, as detach does) is plain:
+ * it holds nothing against the limit, and may discard pages again.  Chunk
+ * lock held. */
+static void unhold_if_plain(struct rdmalloc_chunk *c)
+{
+	if (rdmalloc_spec_on_demand(c->spec) && c->held && !atomic_load(&c->dereg_failed) &&
+	    c->state == RDMALLOC_CHUNK_LIVE && !rdmalloc_registered_pds(c)) {
+		c->held = 0;
+		rdmalloc_held_bytes -= c->map_size;
+	}
 }
 
 /* Deregister every published chunk's registration @i with @pd: each is
@@ -142,6 +163,7 @@ static int deregister_all_with(unsigned i, struct ibv_pd *pd)
 			first = err;
 		rdmalloc_chunk_lock();
 		walk_leave(c);
+		unhold_if_plain(c);
 	}
 	return first;
 }
@@ -349,15 +371,36 @@ void rdmalloc_chunks_forget_registrations(void)
 			rdmalloc_region_forget(c, i);
 		}
 		c->busy = 0;
+		/* A discard under way (an on-demand heap's plain chunk) is
+		 * the parent's thread's: its pages may keep their bytes. */
+		if (c->discarding)
+			c->stale = 1;
+		c->discarding = 0;
+		int half_done = c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING;
+		if (rdmalloc_spec_on_demand(c->spec)) {
+			/* Plain in the child: registered there on first use. */
+			if (half_done) {
+				c->state = RDMALLOC_CHUNK_LIVE;
+				c->stale = 1;
+				c->giving_next = NULL;
+				atomic_store_explicit(&c->live_size, c->size, memory_order_relaxed);
+			}
+			if (c->held && !atomic_load(&c->dereg_failed)) {
+				c->held = 0;
+				rdmalloc_held_bytes -= c->map_size;
+			}
+			continue;
+		}
 		/* A give-back or take-back the parent was in the middle of is
 		 * not the child's to finish: the chunk is left given back, its
 		 * bytes whatever they are (zeroed when committed). */
 		if (c->state == RDMALLOC_CHUNK_GIVING)
 			rdmalloc_count_held(c, -1);
-		if (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING) {
+		if (half_done) {
 			c->state = RDMALLOC_CHUNK_GONE;
 			c->stale = 1;
 			c->giving_next = NULL;
+			c->held = 0;
 			rdmalloc_held_bytes -= c->map_size;
 		}
 	}
@@ -366,4 +409,14 @@ void rdmalloc_chunks_forget_registrations(void)
 	 * are not the child's. */
 	rdmalloc_held_bytes -= rdmalloc_reserves_forget();
 	rdmalloc_implicit_forget();
+}
+
+size_t rdmalloc_chunks_unregistered(void)
+{
+	size_t n = 0;
+	rdmalloc_chunk_lock();
+	for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next)
+		n += (c->state == RDMALLOC_CHUNK_LIVE || c->state == RDMALLOC_CHUNK_RESERVED) && !rdmalloc_registered_pds(c);
+	rdmalloc_chunk_unlock();
+	return n;
 }

@@ -20,6 +20,16 @@ extern struct rdmalloc_counters rdmalloc_counters;
 #define STAT_ADD(name, v) atomic_fetch_add_explicit(&rdmalloc_counters.name, (uint64_t)(v), memory_order_relaxed)
 #define STAT_SUB(name, v) atomic_fetch_sub_explicit(&rdmalloc_counters.name, (uint64_t)(v), memory_order_relaxed)
 #define STAT_INC(name) STAT_ADD(name, 1)
+/* A peak: @name becomes @v if @v is more (any thread, any lock). */
+#define STAT_MAX(name, v) rdmalloc_stat_max(&rdmalloc_counters.name, (uint64_t)(v))
+
+static inline void rdmalloc_stat_max(_Atomic uint64_t *peak, uint64_t v)
+{
+	uint64_t old = atomic_load_explicit(peak, memory_order_relaxed);
+	while (v > old && !atomic_compare_exchange_weak_explicit(peak, &old, v, memory_order_relaxed,
+								 memory_order_relaxed))
+		;
+}
 
 /* Lookups happen on the data path of every thread: each thread counts into
  * its own block, summed when the stats are read. */

@@ -25,6 +25,7 @@
 	X(PD, OUTER, "attach, detach, access changes, heap destruction, windows, elision")   \
 	X(TCACHE, OUTER, "thread-cache ownership")                                           \
 	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD table, creators")  \
+	X(BIG, INNER, "every heap's freed big blocks kept for reuse")                        \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
 	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
 	X(ELIDED, INNER, "the drop-in's elided-region records and its PD entries")           \

@@ -177,6 +177,29 @@ static int parse_growth(const char *s, size_t *out)
 	return 0;
 }
 
+/* RDMALLOC_PRELOAD_REGISTER: first-use or eager, any case. */
+static int parse_policy(const char *s, int *out)
+{
+	if (!strcasecmp(s, "first-use"))
+		*out = RDMALLOC_PRELOAD_FIRST_USE;
+	else if (!strcasecmp(s, "eager"))
+		*out = RDMALLOC_PRELOAD_EAGER;
+	else
+		return -1;
+	return 0;
+}
+
+/* The smallest big block: 0 (none) or a size from RDMALLOC_BIG_BLOCK_MIN
+ * to RDMALLOC_BIG_BLOCK_MAX. */
+static int parse_big(const char *s, size_t *out)
+{
+	size_t v;
+	if (rdmalloc_parse_size(s, &v) || (v && (v < RDMALLOC_BIG_BLOCK_MIN || v > RDMALLOC_BIG_BLOCK_MAX)))
+		return -1;
+	*out = v;
+	return 0;
+}
+
 /* A count of arenas: 0 (automatic) to RDMALLOC_ARENAS_MAX, decimal. */
 static int parse_arenas(const char *s, unsigned int *out)
 {

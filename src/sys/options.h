@@ -25,8 +25,12 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "access flags of the LD_PRELOAD drop-in's heap (every plain malloc)")  \
 	X(PRELOAD_ARENAS, preload_arenas, arenas, "0",                           \
 	  "arenas of the drop-in's heap, 1-16 (0: one per online CPU, at most 16)") \
-	X(CHUNK_MAX, chunk_max, growth, "0",                                     \
+	X(PRELOAD_REGISTER, preload_register, policy, "first-use",              \
+	  "when the drop-in's chunks are registered: first-use (when RDMA first needs them) or eager") \
+	X(CHUNK_MAX, chunk_max, growth, "0",                                    \
 	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
+	X(BIG_BLOCK, big_block, big, "0",                                      \
+	  "blocks of this size or more are chunks of their own, 4K-1G (0: none)") \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
 	  "most bytes of chunks held at once (0: no limit)")                     \
 	X(DECAY_MS, decay_ms, decay, "10000",                                    \
@@ -48,13 +52,20 @@ struct rdmalloc_options {
 	unsigned int access;
 	unsigned int preload_access;
 	unsigned int preload_arenas;
+	int preload_register; /* enum rdmalloc_preload_register */
 	size_t chunk_max;
+	size_t big_block; /* 0: none */
 	size_t max_registered;
 	long decay_ms;
 	int stats;
 	int hugepages;
 	int reserve;
 };
+
+/* RDMALLOC_PRELOAD_REGISTER */
+enum rdmalloc_preload_register { RDMALLOC_PRELOAD_FIRST_USE = 0, RDMALLOC_PRELOAD_EAGER };
+#define RDMALLOC_BIG_BLOCK_MIN ((size_t)4 << 10)
+#define RDMALLOC_BIG_BLOCK_MAX ((size_t)1 << 30)
 
 typedef const char *(*rdmalloc_getenv_fn)(const char *name);
 

@@ -185,6 +185,26 @@ __attribute__((unused)) static int ref_growth(const char *s, size_t *out)
 	return 0;
 }
 
+/* first-use or eager, any case. */
+__attribute__((unused)) static int ref_policy(const char *s, int *out)
+{
+	if (ci_eq(s, "first-use"))
+		return *out = RDMALLOC_PRELOAD_FIRST_USE, 0;
+	if (ci_eq(s, "eager"))
+		return *out = RDMALLOC_PRELOAD_EAGER, 0;
+	return -1;
+}
+
+/* 0, or 4 KiB to 1 GiB. */
+__attribute__((unused)) static int ref_big(const char *s, size_t *out)
+{
+	size_t v;
+	if (ref_size(s, &v) || (v != 0 && (v < ((size_t)4 << 10) || v > ((size_t)1 << 30))))
+		return -1;
+	*out = v;
+	return 0;
+}
+
 /* 0 to 16, plain decimal digits (leading zeros allowed, at most 3 digits). */
 __attribute__((unused)) static int ref_arenas(const char *s, unsigned *out)
 {
@@ -230,6 +250,8 @@ __attribute__((unused)) static int ref_bool(const char *s, int *out)
 #define same_access(a, b) (*(a) == *(b) && rdmalloc_access_valid(*(a)))
 #define same_size(a, b) (*(a) == *(b))
 #define same_growth(a, b) (*(a) == *(b))
+#define same_policy(a, b) (*(a) == *(b))
+#define same_big(a, b) (*(a) == *(b))
 #define same_stats(a, b) (*(a) == *(b))
 #define same_arenas(a, b) (*(a) == *(b))
 #define same_decay(a, b) (*(a) == *(b))

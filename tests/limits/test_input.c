@@ -633,6 +633,10 @@ __attribute__((unused)) static const char *const bad_arenas[] = { "", " ", "17",
 					  "0017", "two", NULL };
 __attribute__((unused)) static const char *const bad_decay[] = { "", " ", "-2", "1000000001", "1e3", "0x10", "10 ", "+5",
 					 "-0", "10ms", "99999999999999999999", "-1 ", NULL };
+__attribute__((unused)) static const char *const bad_policy[] = { "", " ", "first_use", "eager ", "lazy", "0", "1",
+					  "first-use\n", "eagerly", "FIRST-USE,EAGER", NULL };
+__attribute__((unused)) static const char *const bad_big[] = { "", " ", "1", "4095", "1K", "2G", "1073741825", "-64K", "64K ",
+				       "0x10000", "64KK", "18446744073709551616", NULL };
 __attribute__((unused)) static const char *const bad_bool[] = { "", " ", "2", "-1", "yes!", "t", "y", "enable", "TRUE ", "on\n",
 					"json", NULL };
 

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * big.h - blocks of RDMALLOC_BIG_BLOCK bytes or more, each a chunk of its
+ * own, registered alone (doc/design.md, "Big blocks").  jemalloc never
+ * sees them; their chunks are the chunk layer's (chunk.h, `big`).
+ */
+#ifndef RDMALLOC_BIG_H
+#define RDMALLOC_BIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chunk.h"
+#include "compiler.h"
+
+struct rdmalloc_heap;
+
+/* A heap's freed big blocks kept for reuse, most recent first (the BIG
+ * lock).  Inside the heap, zeroed with it. */
+struct rdmalloc_big_cache {
+	struct rdmalloc_chunk *head, *tail; /* linked through owner_next/owner_prev */
+	size_t bytes;  /* of the chunks kept */
+	size_t in_use; /* bytes of the heap's big blocks in use */
+	size_t blocks; /* how many */
+};
+
+/* The smallest big block (RDMALLOC_BIG_BLOCK; SIZE_MAX when there are
+ * none): read where every allocation is routed. */
+extern size_t rdmalloc_big_min;
+/* Set rdmalloc_big_min from the options (initialisation). */
+void rdmalloc_big_init(void);
+
+/* Whether @size bytes aligned to @align (0 or a power of two) are a big
+ * block: at least the threshold either way. */
+static inline int rdmalloc_big_wanted(size_t size, size_t align)
+{
+	return unlikely(size >= rdmalloc_big_min || align >= rdmalloc_big_min);
+}
+
+/*
+ * A big block of at least @size bytes in @h aligned to @align (0, or a
+ * power of two), zeroed with @zero: a freed one's chunk of the heap when
+ * one fits (at most an eighth larger), else a chunk made for it
+ * (registered per the heap's policy).  NULL with errno ENOMEM.  No lock
+ * held.
+ */
+void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero);
+/* Free @p, the block of big chunk @c: kept for reuse, or its chunk
+ * released (the decay time, the cache's bound).  @who names the call for
+ * the message when @p is not the block's start, or the block is free
+ * already (a double free): both abort. */
+void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who);
+/* The usable size of big chunk @c's block. */
+static inline size_t rdmalloc_big_usable(const struct rdmalloc_chunk *c)
+{
+	return c->size;
+}
+/*
+ * Resize @p, the block of big chunk @c, to @size bytes: in place when the
+ * chunk still fits it (at most its size, more than half of it), else moved
+ * into a new block of @c's heap -- big, or from @small below the
+ * threshold (the caller's jemalloc allocation) -- and @p freed.  NULL with
+ * errno ENOMEM, @p untouched.
+ */
+void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
+			   void *(*small)(struct rdmalloc_heap *h, size_t size));
+
+/* Release @h's freed big blocks kept longer than its decay time at @now_ns
+ * (all of them with @all): the bytes released.  No lock held. */
+size_t rdmalloc_big_decay(struct rdmalloc_heap *h, uint64_t now_ns, int all);
+/* @h is being destroyed (its chunks are released with it): forget its
+ * blocks, in use and kept, and take them out of the stats. */
+void rdmalloc_big_forget(struct rdmalloc_heap *h);
+
+#endif

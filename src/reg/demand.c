@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * demand.c - registration on first use: a chunk of an on-demand heap
+ * (chunk.h, RDMALLOC_REG_FIRST_USE and EAGER_PLAIN) is registered with a
+ * PD when RDMA first needs it there, by a key lookup or by the drop-in's
+ * elision of the program's ibv_reg_mr (doc/design.md, "When memory is
+ * registered").
+ *
+ * The caller holds the PD lock, as every attach, detach and access change
+ * does: the PD table and the heap's access stay as they are while the
+ * chunk registers, and fork() waits for it (no lock of libibverbs is
+ * inherited half taken).  Against the rest, under the chunk lock:
+ *  - give-back: the chunk is busy meanwhile, so it is not given back under
+ *    the registration;
+ *  - the decommit hook, which discards the pages of a plain chunk: the
+ *    registration waits for discards under way, and none starts once the
+ *    chunk is held, as it is from before its registration starts, since
+ *    the NIC would pin pages the CPU is about to lose.
+ */
+#include "chunkset.h"
+
+#include <errno.h>
+
+#include "counters.h"
+#include "lock.h"
+#include "log.h"
+#include "region.h"
+
+/* The index of attached @pd, or -1.  Chunk lock held. */
+static int index_of(const struct ibv_pd *pd)
+{
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+		if (rdmalloc_pd_at(s) == pd)
+			return (int)s;
+	return -1;
+}
+
+/*
+ * Wait until @c may start a registration with PD @s: 0 (the lock held,
+ * @c's registration with it still to be made), 1 (it exists: nothing to
+ * do), or an errno value.  Chunk lock held.
+ */
+static int settle(struct rdmalloc_chunk *c, const struct ibv_pd *pd, int *s)
+{
+	for (;;) {
+		if (c->state != RDMALLOC_CHUNK_LIVE)
+			return ENOENT; /* given back or released: free memory */
+		if (!rdmalloc_spec_on_demand(c->spec))
+			return ENODEV; /* an eager heap's chunk is registered when made, or not at all */
+		if ((*s = index_of(pd)) < 0)
+			return ENODEV;
+		if (atomic_load_explicit(&c->reg[*s].pd, memory_order_relaxed) == pd)
+			return 1;
+		if (!c->discarding)
+			return 0;
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	}
+}
+
+int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
+{
+	int s;
+	rdmalloc_chunk_lock();
+	int err = settle(c, pd, &s);
+	if (err) {
+		rdmalloc_chunk_unlock();
+		return err == 1 ? 0 : err;
+	}
+	/* Its first registration holds it under RDMALLOC_MAX_REGISTERED; under
+	 * pressure, idle chunks and reserves go first, then once more. */
+	int first = !c->held;
+	for (int relieved = 0; first && !rdmalloc_hold(c->map_size); relieved = 1) {
+		rdmalloc_chunk_unlock();
+		if (relieved || !rdmalloc_relieve()) {
+			rdmalloc_log_limit(c->size);
+			STAT_INC(demand_refusals);
+			return ENOMEM;
+		}
+		rdmalloc_chunk_lock();
+		if ((err = settle(c, pd, &s))) {
+			rdmalloc_chunk_unlock();
+			return err == 1 ? 0 : err;
+		}
+		first = !c->held;
+	}
+	c->held = 1; /* from now on no discard starts: rdmalloc_chunk_decommit */
+	c->busy++;
+	rdmalloc_chunk_unlock();
+
+	err = rdmalloc_region_register(c, (unsigned)s, pd);
+	if (err && rdmalloc_pressure(err) && rdmalloc_relieve())
+		err = rdmalloc_region_register(c, (unsigned)s, pd); /* memory went back: once more */
+
+	rdmalloc_chunk_lock();
+	c->busy--;
+	if (err && first && !rdmalloc_registered_pds(c)) {
+		c->held = 0;
+		rdmalloc_held_bytes -= c->map_size;
+	}
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a release or a discard may wait for it */
+	rdmalloc_chunk_unlock();
+	if (err) {
+		STAT_INC(demand_refusals);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "registering a %zu-byte chunk on first use failed: %s "
+				  "(further failures are only counted in demand_refusals)", c->size,
+				  rdmalloc_refusal_text(err));
+		return err;
+	}
+	STAT_INC(demand_registrations);
+	return 0;
+}

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_big.c - big blocks (RDMALLOC_BIG_BLOCK, off by default; big.h),
+ * against the fake backend: a block past the threshold is a chunk of its
+ * own whose registration covers it whole; a freed one is kept, registered,
+ * and serves the next block of its size without a registration; a trim
+ * (or the decay time) releases it and its registration; realloc keeps the
+ * bytes; a second free of a kept block, or a free inside one, aborts.
+ */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "addrmap.h"
+#include "chunk.h"
+#include "fake_verbs.h"
+#include "reserve.h"
+#include "rdma_malloc.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static void setup(void)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "64K", 1);
+	setenv("RDMALLOC_DECAY_MS", "-1", 1); /* kept until a trim */
+	fake_verbs_install(1);
+}
+
+TestSuite(big, .init = setup, .timeout = 60);
+
+static struct rdma_malloc_stats stats(void)
+{
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	return st;
+}
+
+Test(big, a_chunk_of_its_own_registered_whole)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	size_t mrs = fake_live_mrs();
+	char *p = rdma_heap_malloc(h, 300 * KiB + 5);
+	cr_assert(p);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
+	cr_assert(c && c->big && c->base == (uintptr_t)p);
+	cr_assert_eq(c->size, 304 * KiB, "a big block is page-rounded: %zu", c->size);
+	cr_assert_eq(rdma_malloc_usable_size(p), 304 * KiB);
+	cr_assert_eq(fake_live_mrs(), mrs + 1);
+	const struct fake_mr_info *f = fake_find(fake_pd(0), p);
+	cr_assert(f);
+	uint32_t l;
+	cr_assert_eq(rdma_malloc_keys(p, 304 * KiB, NULL, &l, NULL), 0);
+	cr_assert_eq(l, f->mr->lkey);
+	cr_assert_eq(rdma_malloc_keys(p + 304 * KiB - 1, 1, NULL, &l, NULL), 0);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.big_blocks, 1);
+	cr_assert_eq(st.big_bytes, 304 * KiB);
+	/* Small blocks stay jemalloc's. */
+	void *s = rdma_heap_malloc(h, 1000);
+	cr_assert(s && !rdmalloc_addrmap_find(s)->big);
+	rdma_free(s);
+	rdma_free(p);
+	rdma_heap_destroy(h);
+}
+
+Test(big, freed_one_serves_the_next_then_a_trim_releases_it)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	char *p = rdma_heap_malloc(h, 1 * MiB);
+	cr_assert(p);
+	memset(p, 1, 1 * MiB);
+	size_t mrs = fake_live_mrs();
+	unsigned long regs = fake_reg_calls();
+	rdma_free(p);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.big_blocks, 0);
+	cr_assert_eq(st.big_cached_bytes, 1 * MiB);
+	cr_assert_eq(fake_live_mrs(), mrs, "a freed big block stays registered, for reuse");
+	char *q = rdma_heap_calloc(h, 1, 1 * MiB - 4 * KiB); /* within an eighth: reused */
+	cr_assert_eq(q, p);
+	for (size_t i = 0; i < 1 * MiB - 4 * KiB; i++)
+		cr_assert_eq(q[i], 0, "calloc of a reused block: byte %zu", i);
+	cr_assert_eq(fake_reg_calls(), regs, "reuse registered again");
+	cr_assert_eq(stats().big_cache_hits, 1);
+	/* Far smaller: not this one (bounded waste). */
+	char *r = rdma_heap_malloc(h, 128 * KiB);
+	cr_assert(r && r != q);
+	rdma_free(q);
+	rdma_free(r);
+	rdma_malloc_trim();
+	st = stats();
+	cr_assert_eq(st.big_cached_bytes, 0);
+	cr_assert_null(fake_find(fake_pd(0), p), "a released big block's registration stays");
+	rdma_heap_destroy(h);
+}
+
+Test(big, realloc_keeps_the_bytes)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	unsigned char *p = rdma_heap_malloc(h, 100 * KiB);
+	for (size_t i = 0; i < 100 * KiB; i++)
+		p[i] = (unsigned char)(i * 7);
+	unsigned char *q = rdma_realloc(p, 3 * MiB); /* bigger: moved */
+	cr_assert(q);
+	for (size_t i = 0; i < 100 * KiB; i++)
+		cr_assert_eq(q[i], (unsigned char)(i * 7));
+	unsigned char *r = rdma_realloc(q, 1000); /* below the threshold: jemalloc's */
+	cr_assert(r && !rdmalloc_addrmap_find(r)->big);
+	for (size_t i = 0; i < 1000; i++)
+		cr_assert_eq(r[i], (unsigned char)(i * 7));
+	uint32_t l;
+	cr_assert_eq(rdma_malloc_keys(r, 1000, NULL, &l, NULL), 0);
+	rdma_free(r);
+	rdma_heap_destroy(h);
+}
+
+Test(big, double_free_aborts, .signal = SIGABRT, .init = cr_redirect_stderr)
+{
+	setup();
+	void *p = rdma_malloc(256 * KiB);
+	cr_assert(p && rdmalloc_addrmap_find(p)->big);
+	rdma_free(p);
+	rdma_free(p);
+}
+
+Test(big, free_inside_aborts, .signal = SIGABRT, .init = cr_redirect_stderr)
+{
+	setup();
+	char *p = rdma_malloc(256 * KiB);
+	cr_assert(p);
+	rdma_free(p + 4096);
+}
