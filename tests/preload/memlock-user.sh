@@ -24,7 +24,7 @@ for kib in 8192 64; do
 	echo "-- RLIMIT_MEMLOCK ${kib} KiB, user nobody"
 	# Lowered as root, then kept across the drop (the user cannot raise it).
 	bash -c 'ulimit -l "$1" && exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
-		env HOME=/tmp "$2/real-programs.sh" "$2/librdmalloc-preload.so" "$2/mt_cxx"' \
+		env HOME=/tmp REAL_PROGRAMS_BIG=1 REAL_PROGRAMS_UNREGISTERED=1 "$2/real-programs.sh" "$2/librdmalloc-preload.so" "$2/mt_cxx"' \
 		_ "$kib" "$copy" || rc=1
 done
 exit $rc

@@ -13,6 +13,9 @@
 # multi-threaded C++ program of ours (mt_cxx).  A program that is not
 # installed is SKIPPED, loudly, and not counted as passed.
 # Prints ok/FAIL/SKIP per check and "N passed, M failed" last.
+# REAL_PROGRAMS_BIG=1 adds a python3 that builds about 300 MB of objects;
+# REAL_PROGRAMS_UNREGISTERED=1 requires the drop-in's stats to show chunks
+# left unregistered (issue 22: runs under a pinning limit).
 set -uo pipefail
 
 lib=$(readlink -f "${1:?usage: real-programs.sh PRELOAD_LIB MT_CXX_PROGRAM}")
@@ -66,6 +69,10 @@ check() {
 	procs=$(grep -c '^{"version": ' "$d/pre.err")
 	chunks=$(grep -o '"chunks": [0-9]*' "$d/pre.err" | awk '{s += $2} END {print s + 0}')
 	((procs > 0 && chunks > 0)) || why+=("no sign of rdmalloc in the run with the drop-in")
+	local unreg
+	unreg=$(grep -o '"unregistered_chunks": [0-9]*' "$d/pre.err" | awk '{s += $2} END {print s + 0}')
+	[ "${REAL_PROGRAMS_UNREGISTERED:-0}" = 0 ] || ((unreg > 0)) ||
+		why+=("the stats show no chunk left unregistered")
 	! grep -q '^{"version": ' "$d/ref.err" || why+=("the reference run had rdmalloc loaded")
 	if grep -q '^rdmalloc: ' "$d/pre.err"; then
 		why+=("rdmalloc printed errors")
@@ -118,6 +125,21 @@ py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 check python3 "$py" "$py" "$work/workload.py"
 check python3-PYTHONMALLOC=malloc "$py" env PYTHONMALLOC=malloc "$py" "$work/workload.py"
+
+if [ "${REAL_PROGRAMS_BIG:-0}" != 0 ]; then
+	cat >"$work/big.py" <<'EOF'
+import hashlib
+rows = [(i, "v%09d" % i, [i] * 8) for i in range(700000)]
+blobs = [bytes([i % 251]) * (1000 + i % 3000) for i in range(60000)]
+h = hashlib.sha256()
+for r in rows[::997]:
+    h.update(repr(r).encode())
+for b in blobs[::101]:
+    h.update(b)
+print("rows", len(rows), "blobs", len(blobs), sum(map(len, blobs)), h.hexdigest())
+EOF
+	check python3-300MB "$py" "$py" "$work/big.py"
+fi
 
 # ---- sqlite3 ----
 {

@@ -31,7 +31,7 @@ run "elision: rereg in place moves bytes, PDs detached with their last region, t
 	LD_PRELOAD="$build/preload/librdmalloc-preload.so" RDMALLOC_PRELOAD_ACCESS=LOCAL_WRITE,REMOTE_WRITE \
 	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/elide_rdma"
 run "real programs under the drop-in as a user with an 8 MiB and a 64 KiB RLIMIT_MEMLOCK" \
-	"$here/../preload/memlock-user.sh" "$build"
+	"$build/tests/preload/memlock-user.sh" "$build"
 # fork() while threads grow heaps, attach and detach a second PD, change a
 # heap's access and look keys up, with real registrations; API and drop-in.
 run "fork torture (API)" "$build/tests/preload/fork_torture" api 40
