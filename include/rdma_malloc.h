@@ -116,9 +116,11 @@ size_t rdma_malloc_usable_size(const void *ptr);
  * decay time (RDMALLOC_DECAY_MS, or rdma_heap_attr.decay_ms), the chunk is
  * deregistered from every PD and its pages go back to the system; the
  * smallest such chunk of each heap is kept registered, against growing and
- * shrinking around one chunk.  Decay runs as the heap is used (as in
- * jemalloc, there is no background thread): a heap nobody allocates from
- * keeps its chunks until rdma_malloc_trim().  A lookup of an address in a given-back chunk
+ * shrinking around one chunk.  Decay runs as the heap is used, and while
+ * the program is idle the reserve's background thread ticks it
+ * (RDMALLOC_RESERVE=0: no thread, and a heap nobody allocates from keeps
+ * its chunks until rdma_malloc_trim()).  Blocks of up to 1 MiB a thread
+ * freed last stay in its cache until it allocates again.  A lookup of an address in a given-back chunk
  * fails with ENOENT, and its old keys are invalid: a peer's RDMA access
  * with them fails (remote access error) and changes no byte.  Memory
  * allocated there later has new keys.  Never given back: a chunk with an

@@ -29,6 +29,7 @@
 #include "lock.h"
 #include "log.h"
 #include "options.h"
+#include "os.h"
 #include "addrmap.h"
 #include "counters.h"
 #include "tls.h"
@@ -353,6 +354,7 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, l
 	h->spec.flags = flags;
 	h->spec.gives_back = !(flags & RDMA_HEAP_ODP);
 	h->decay_ms = decay_ms;
+	h->spec.decay_ms = decay_ms;
 	h->index = index;
 	if (++gen_counter == 0)
 		++gen_counter;
@@ -369,8 +371,39 @@ out:
 	return h;
 }
 
+/*
+ * The background thread's tick (reserve.h): jemalloc's time-based decay of
+ * every heap whose idle memory goes back (not ODP: jemalloc purges its
+ * pages itself), then its big blocks kept past the decay time.  The next
+ * tick in a tenth of the shortest decay time, at least 100 ms and at most
+ * 1 s apart; 0 when no heap decays.
+ */
+static uint64_t heaps_tick(void)
+{
+	long shortest = -1;
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	uint64_t now = rdmalloc_now_ns();
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
+		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
+		if (!h || h->decay_ms < 0 || !h->spec.gives_back)
+			continue;
+		if (shortest < 0 || h->decay_ms < shortest)
+			shortest = h->decay_ms;
+		unsigned n = atomic_load_explicit(&h->narenas, memory_order_relaxed);
+		for (unsigned k = 0; k < n; k++)
+			rdmalloc_arena_ctl(h->arenas[k], "decay", NULL, NULL, NULL, 0);
+		rdmalloc_big_decay(h, now, 0);
+	}
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	if (shortest < 0)
+		return 0;
+	uint64_t period = (uint64_t)shortest * 100000u; /* a tenth, in ns */
+	return period < 100000000u ? 100000000u : period > 1000000000u ? 1000000000u : period;
+}
+
 void rdmalloc_heap_init(unsigned int access)
 {
+	rdmalloc_reserve_set_tick(heaps_tick);
 	int e = pthread_key_create(&tc_key, thread_exit);
 	if (e)
 		rdmalloc_fatal("pthread_key_create: %s", strerror(e));

@@ -81,6 +81,8 @@ struct rdmalloc_chunk_spec {
 					(heap layer) and by chunks given back (chunk layer) */
 	size_t grow_limit;           /* its arenas' retain_grow_limit (0: jemalloc's), fixed */
 	int policy;                  /* enum rdmalloc_reg_policy, fixed before its first chunk */
+	long decay_ms;               /* how long its idle memory stays (-1: for ever), fixed */
+	_Atomic size_t bytes;        /* of its chunks held (map_size; reserve and big ones included) */
 	struct rdmalloc_reserve reserve; /* the chunk layer's (reserve.h) */
 };
 

@@ -66,9 +66,11 @@ void rdmalloc_count_held(const struct rdmalloc_chunk *c, int delta)
 	if (delta > 0) {
 		STAT_INC(chunks);
 		STAT_MAX(peak_chunk_bytes, STAT_ADD(chunk_bytes, c->map_size) + c->map_size);
+		atomic_fetch_add_explicit(&c->spec->bytes, c->map_size, memory_order_relaxed);
 	} else {
 		STAT_SUB(chunks, 1);
 		STAT_SUB(chunk_bytes, c->map_size);
+		atomic_fetch_sub_explicit(&c->spec->bytes, c->map_size, memory_order_relaxed);
 	}
 	rdmalloc_huge_count(c->page_kind, delta);
 }

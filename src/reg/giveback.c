@@ -109,6 +109,7 @@ static size_t give_back(struct rdmalloc_chunk *c)
 		}
 		STAT_INC(chunks_given_back);
 		STAT_ADD(bytes_given_back, c->map_size);
+		rdmalloc_reserve_shrunk(&c->spec->reserve); /* its heap shrinks: no growth ahead */
 		/* Its keys are gone: a program that cached them can tell. */
 		atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
 	}

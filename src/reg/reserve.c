@@ -9,6 +9,9 @@
  * allocating thread, and chunk.c parks them until the hook asks for
  * exactly that size.  Everything here is under the chunk lock, which the
  * thread also waits on; it is never held across the thread's verbs calls.
+ * A ready chunk is pinned memory nobody uses: the thread drops it when its
+ * heap has not grown for the heap's decay time, or has given a chunk back.
+ * When idle, the thread also ticks the heaps' decay (rdmalloc_reserve_set_tick).
  * The thread is started outside every lock (reserve.h says why), lazily:
  * a process that never grows a heap never has it.  A fork child has no
  * thread: nothing waits for one there, and a later growth starts its own.
@@ -26,6 +29,7 @@
 #include "lock.h"
 #include "log.h"
 #include "options.h"
+#include "os.h"
 #include "tls.h"
 
 #define RESERVE_STACK ((size_t)512 << 10)
@@ -34,7 +38,9 @@
 atomic_int rdmalloc_reserve_thread_state;
 static struct rdmalloc_reserve *reserves;          /* listed: heaps that grew */
 static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, in order */
-static unsigned fills;                              /* chunks being made */
+static unsigned fills;                              /* chunks being made or dropped */
+static uint64_t (*tick_fn)(void);                 /* the heap layer's decay tick */
+static uint64_t tick_at;                           /* when it runs next (UINT64_MAX: never) */
 static int forking; /* fork() is under way: the thread starts no work (rdmalloc_reserves_fork_prepare) */
 
 /* jemalloc's page size classes: multiples of the page up to 4 pages, then
@@ -124,13 +130,85 @@ void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_he
 		r->list_next = reserves;
 		reserves = r;
 	}
-	r->next = rdmalloc_reserve_next_size(size, spec->grow_limit);
-	if (r->ready && r->ready->size == r->next)
-		return; /* the series stays at its limit: the one ready is next */
+	r->grown_ns = rdmalloc_now_ns();
+	if (tick_at == UINT64_MAX)
+		tick_at = 0; /* a heap may have a decay to tick again */
+	size_t next = rdmalloc_reserve_next_size(size, spec->grow_limit);
+	size_t held = atomic_load_explicit(&spec->bytes, memory_order_relaxed) - (r->ready ? r->ready->map_size : 0);
+	if (next > held / RDMALLOC_RESERVE_SHARE && next > RDMALLOC_RESERVE_FLOOR)
+		next = 0;
+	r->next = next;
+	if (r->ready ? r->ready->size == next : !next)
+		return; /* the series stays at its limit: the one ready is next; or nothing to do */
 	enqueue(r);
 	int none = 0;
 	atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &none, 1);
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+}
+
+void rdmalloc_reserve_shrunk(struct rdmalloc_reserve *r)
+{
+	r->grown_ns = 0;
+	if (r->ready)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+}
+
+/* When @r's ready chunk goes for want of use (UINT64_MAX: never; 0: now).
+ * Chunk lock held. */
+static uint64_t idle_deadline(const struct rdmalloc_reserve *r)
+{
+	if (!r->ready || r->closed || r->filling || r->spec->decay_ms < 0)
+		return UINT64_MAX;
+	return r->grown_ns ? r->grown_ns + (uint64_t)r->spec->decay_ms * 1000000u : 0;
+}
+
+/* Drop @r's ready chunk (chunk lock held; released meanwhile): marked as
+ * work under way, so that a close or a fork waits for it. */
+static void drop_ready(struct rdmalloc_reserve *r)
+{
+	r->filling = SIZE_MAX;
+	fills++;
+	rdmalloc_chunk_unlock();
+	rdmalloc_chunk_drop_reserve(r);
+	rdmalloc_chunk_lock();
+	r->filling = 0;
+	fills--;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+}
+
+void rdmalloc_reserve_set_tick(uint64_t (*tick)(void))
+{
+	tick_fn = tick;
+}
+
+/* The thread, when the queue is empty: drop the ready chunks that are idle
+ * or whose heap shrank, tick the decay when due, else wait for work or
+ * for the next of them.  Chunk lock held. */
+static void idle(void)
+{
+	uint64_t now = rdmalloc_now_ns(), first = UINT64_MAX;
+	if (tick_fn && tick_at <= now) {
+		rdmalloc_chunk_unlock();
+		uint64_t delay = tick_fn();
+		rdmalloc_chunk_lock();
+		tick_at = delay ? rdmalloc_now_ns() + delay : UINT64_MAX;
+		return; /* work may have come meanwhile */
+	}
+	first = tick_at;
+	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
+		uint64_t when = idle_deadline(r);
+		if (when <= now) {
+			drop_ready(r);
+			return; /* the list may have changed meanwhile: look again */
+		}
+		if (when < first)
+			first = when;
+	}
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* settled (rdmalloc_reserves_settle) */
+	if (first == UINT64_MAX)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	else
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, first);
 }
 
 static void *registrar(void *arg)
@@ -143,15 +221,24 @@ static void *registrar(void *arg)
 	pthread_setname_np(pthread_self(), "rdmalloc-reserv"); /* 15 characters: the kernel's limit */
 	rdmalloc_chunk_lock();
 	for (;;) {
-		struct rdmalloc_reserve *r = forking ? NULL : dequeue();
-		if (!r) {
-			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* settled (rdmalloc_reserves_settle) */
+		if (forking) {
+			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 			continue;
 		}
-		size_t size = r->next;
-		if (r->closed || !size || (r->ready && r->ready->size == size))
+		struct rdmalloc_reserve *r = dequeue();
+		if (!r) {
+			idle();
 			continue;
+		}
+		size_t size = r->next;
+		if (r->closed || (r->ready && r->ready->size == size))
+			continue;
+		if (!size) { /* over the cap: the one ready was mispredicted */
+			if (r->ready)
+				drop_ready(r);
+			continue;
+		}
 		int stale = r->ready != NULL; /* mispredicted: it goes */
 		r->filling = size;
 		r->fill_seq++;
@@ -268,6 +355,7 @@ void rdmalloc_reserves_fork_parent(void)
 size_t rdmalloc_reserves_forget(void)
 {
 	forking = 0;
+	tick_at = 0; /* the child's thread, if it starts one, ticks at once */
 	size_t held = 0;
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
 		held += r->fill_held;

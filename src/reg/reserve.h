@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "compiler.h"
 
@@ -27,8 +28,10 @@ struct rdmalloc_reserve {
 	struct rdmalloc_chunk_spec *spec;
 	struct rdmalloc_heap *heap;
 	struct rdmalloc_chunk *ready; /* RDMALLOC_CHUNK_RESERVED, in the chunk list; or NULL */
-	size_t next;    /* the size predicted for the next growth; 0: none yet */
-	size_t filling;   /* the size of the chunk the thread is making for it; 0: none */
+	size_t next;    /* the size predicted for the next growth; 0: none (yet, or over the cap) */
+	size_t filling;   /* the size of the chunk the thread is making for it, SIZE_MAX while it
+			     drops the ready one; 0: neither */
+	uint64_t grown_ns; /* its heap's last growth (rdmalloc_now_ns()); 0: it shrank since */
 	unsigned fill_seq; /* fills started: a growth waits for one fill, not for the next */
 	size_t fill_held; /* bytes held (held_bytes) for that chunk until it is parked */
 	int listed;     /* on the list of reserves (from its first growth until closed) */
@@ -46,10 +49,20 @@ struct rdmalloc_reserve {
  */
 RDMALLOC_TESTABLE size_t rdmalloc_reserve_next_size(size_t last, size_t limit);
 
-/* A heap of @spec grew by @size bytes (chunk lock held): predict its next
- * growth and queue the thread to have that chunk ready.  Without
- * RDMALLOC_RESERVE, or once the heap is closed, nothing. */
+/*
+ * A heap of @spec grew by @size bytes (chunk lock held): predict its next
+ * growth and queue the thread to have that chunk ready, unless it is more
+ * than RDMALLOC_RESERVE_SHARE of what the heap holds and more than
+ * RDMALLOC_RESERVE_FLOOR (a one-off big request makes jemalloc's series
+ * jump; the growth after it is then registered inline).  Without
+ * RDMALLOC_RESERVE, or once the heap is closed, nothing.
+ */
+#define RDMALLOC_RESERVE_SHARE 4 /* a quarter */
+#define RDMALLOC_RESERVE_FLOOR ((size_t)8 << 20)
 void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size);
+/* A chunk of @r's heap was given back (chunk lock held): the heap shrinks,
+ * its ready chunk is dropped. */
+void rdmalloc_reserve_shrunk(struct rdmalloc_reserve *r);
 
 /* Whether a growth asked for the thread and it is not started: the caller,
  * outside every lock of ours and of jemalloc, then calls
@@ -64,6 +77,15 @@ static inline int rdmalloc_reserve_start_wanted(void)
 /* Start the registration thread (once; a failure is logged once, counted
  * in fallbacks, and growth keeps registering inline).  No lock held. */
 void rdmalloc_reserve_start(void);
+
+/*
+ * The thread also runs @tick (the heap layer's decay of idle memory, set
+ * once at initialisation) whenever it is idle and the delay @tick last
+ * returned has passed (0: never again): jemalloc decays only when
+ * allocations tick it, so an idle program would otherwise keep what it
+ * freed registered for ever.  No lock of ours held when it runs.
+ */
+void rdmalloc_reserve_set_tick(uint64_t (*tick)(void));
 
 /* Its heap is being destroyed: wait for a chunk being made for it, then
  * release its ready chunk (counted in reserve_discards).  No lock held. */

@@ -3,6 +3,7 @@
 #include "lock.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include "log.h"
 
@@ -62,6 +63,13 @@ void rdmalloc_unlock(enum rdmalloc_lock_id id)
 void rdmalloc_lock_wait(enum rdmalloc_lock_id id)
 {
 	pthread_cond_wait(&locks[id].cond, &locks[id].mutex);
+}
+
+void rdmalloc_lock_wait_until(enum rdmalloc_lock_id id, uint64_t deadline_ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
+			       .tv_nsec = (long)(deadline_ns % 1000000000u) };
+	pthread_cond_clockwait(&locks[id].cond, &locks[id].mutex, CLOCK_MONOTONIC, &ts);
 }
 
 void rdmalloc_lock_broadcast(enum rdmalloc_lock_id id)

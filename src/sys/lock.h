@@ -16,6 +16,8 @@
 #ifndef RDMALLOC_LOCK_H
 #define RDMALLOC_LOCK_H
 
+#include <stdint.h>
+
 #include "compiler.h"
 
 /* X(ID, group, what it guards) */
@@ -45,6 +47,9 @@ RDMALLOC_TESTABLE void rdmalloc_lock(enum rdmalloc_lock_id id);
 RDMALLOC_TESTABLE void rdmalloc_unlock(enum rdmalloc_lock_id id);
 /* Wait on @id's condition variable (@id held); wake every waiter. */
 void rdmalloc_lock_wait(enum rdmalloc_lock_id id);
+/* The same, returning at @deadline_ns (rdmalloc_now_ns()'s clock) at the
+ * latest. */
+void rdmalloc_lock_wait_until(enum rdmalloc_lock_id id, uint64_t deadline_ns);
 void rdmalloc_lock_broadcast(enum rdmalloc_lock_id id);
 
 /* fork(): take every lock of @group in order; release them (parent);

@@ -202,6 +202,35 @@ Test(giveback, decay_gives_back)
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
+/* A program that stops calling the library still gets its idle chunks
+ * given back: the background thread ticks jemalloc's decay (before, idle
+ * memory stayed registered until the next allocations). */
+Test(giveback, idle_program_gives_back)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
+	cr_assert(h);
+	/* Blocks past the thread cache (1 MiB): none stays cached, live. */
+	enum { N = 64 };
+	void *b[N];
+	for (int i = 0; i < N; i++) {
+		b[i] = rdma_heap_malloc(h, 1536 * KiB);
+		cr_assert(b[i]);
+		memset(b[i], 0x5a, 4096);
+	}
+	for (int i = 0; i < N; i++)
+		rdma_free(b[i]);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_gt(st.pinned_bytes, 64 * MiB);
+	for (int i = 0; i < 50 && stats().pinned_bytes > 16 * MiB; i++)
+		sleep_ms(100); /* no call into the library but the stats */
+	st = stats();
+	cr_assert_gt(st.chunks_given_back, 0, "nothing given back after 5 s idle with a 100 ms decay");
+	cr_assert_leq(st.pinned_bytes, 16 * MiB, "%llu bytes still pinned for nothing live",
+		      (unsigned long long)st.pinned_bytes);
+	cr_assert_eq(st.reserve_chunks, 0, "the idle heap's reserve stayed");
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
 /* decay_ms -1: nothing is given back until rdma_malloc_trim(). */
 Test(giveback, never_until_trim)
 {

@@ -187,8 +187,11 @@ Test(reserve, growth_waits_for_the_chunk_being_made)
 }
 
 /* A growth of another size than predicted (one large block) registers
- * inline, counted; the thread replaces the stale reserve (counted) with one
- * for the size that follows, which the next growth takes. */
+ * inline, counted; the stale reserve is dropped (counted), and none is made
+ * for the size that follows: jemalloc's series jumped with that one call,
+ * and a reserve is never more than a quarter of what the heap holds (or
+ * 8 MiB).  Before, a 48 MiB chunk was pinned ahead for a growth that may
+ * never come. */
 Test(reserve, misprediction_is_counted)
 {
 	rdma_heap_t *h = grown_heap();
@@ -201,10 +204,60 @@ Test(reserve, misprediction_is_counted)
 	cr_assert_eq(st.inline_chunks, st0.inline_chunks + 1, "the large block's chunk was not made inline");
 	cr_assert_eq(st.reserve_hits, st0.reserve_hits);
 	cr_assert_eq(st.reserve_discards, st0.reserve_discards + 1, "the stale reserve was not counted");
-	cr_assert_eq(st.reserve_chunks, 1);
-	cr_assert_gt(st.reserve_bytes, 40 * MiB, "the new reserve follows the large call");
+	cr_assert_eq(st.reserve_chunks, 0, "a %llu-byte reserve for a heap of %llu bytes",
+		     (unsigned long long)st.reserve_bytes, (unsigned long long)st.chunk_bytes);
+	cr_assert_eq(st.reserve_bytes, 0);
 	check_accounting(1);
 	rdma_free(big);
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* Steady growth keeps a reserve within its cap: at most a quarter of the
+ * heap's chunks, or 8 MiB. */
+Test(reserve, reserve_within_its_cap)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	for (int i = 0; i < 16; i++) {
+		grow(h);
+		rdmalloc_reserves_settle();
+		struct rdma_malloc_stats st = stats();
+		uint64_t held = st.chunk_bytes - st.reserve_bytes;
+		cr_assert(st.reserve_bytes <= held / 4 || st.reserve_bytes <= 8 * MiB,
+			  "growth %d: a %llu-byte reserve for %llu bytes held", i,
+			  (unsigned long long)st.reserve_bytes, (unsigned long long)held);
+	}
+	cr_assert_gt(stats().reserve_hits, 10, "the cap starved steady growth");
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* A heap that stops growing gives its reserve up after its decay time:
+ * pinned memory nobody uses.  Before, it stayed for the process's life. */
+Test(reserve, idle_heap_drops_its_reserve)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 200 });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st0 = stats();
+	cr_assert_eq(st0.reserve_chunks, 1);
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	for (int i = 0; i < 50 && stats().reserve_chunks; i++)
+		nanosleep(&ts, NULL);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_chunks, 0, "the reserve outlived 5 s idle with a 200 ms decay");
+	cr_assert_eq(st.reserve_bytes, 0);
+	cr_assert_eq(st.reserve_discards, st0.reserve_discards + 1);
+	check_accounting(1);
+	/* Growth after it registers inline, and reserves again. */
+	void *p = grow(h);
+	cr_assert(fake_find(fake_pd(0), p));
+	rdmalloc_reserves_settle();
+	cr_assert_eq(stats().reserve_chunks, 1);
 	while (nblocks)
 		rdma_free(blocks[--nblocks]);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
