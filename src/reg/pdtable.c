@@ -27,6 +27,7 @@
 
 static _Atomic(struct ibv_pd *) pds[RDMA_MALLOC_MAX_PDS]; /* the PD table: PD i registers chunks' reg[i] */
 static unsigned pds_filling;              /* indexes an attach is filling */
+static int attach_closing;                 /* an attach finishes: creators wait (rdmalloc_chunks_attach) */
 static unsigned long reg_gen;             /* bumped when the PD table or a heap's access changes */
 static unsigned pd_users[RDMA_MALLOC_MAX_PDS]; /* creators that may register with PD i */
 
@@ -80,6 +81,8 @@ int rdmalloc_register_steady(struct rdmalloc_chunk *c, unsigned *used)
 	for (;;) {
 		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
 		rdmalloc_chunk_lock();
+		while (attach_closing) /* an attach finishes first (rdmalloc_chunks_attach) */
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 		unsigned long gen = reg_gen;
 		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 			want[s] = rdmalloc_pd_at(s);
@@ -186,6 +189,27 @@ static int let_go_of(unsigned i, struct ibv_pd *pd)
 	}
 }
 
+/* The chunks an attach of slot @i must register: what it owes when it
+ * starts.  Chunk lock held. */
+static size_t owed(unsigned i, struct ibv_pd *pd)
+{
+	size_t n = 0;
+	for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next)
+		n += (c->state == RDMALLOC_CHUNK_LIVE || c->state == RDMALLOC_CHUNK_RESERVED) &&
+		     atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed) != pd && attach_wants(c);
+	return n;
+}
+
+/* End an attach's barrier, if it raised it (chunk lock held). */
+static void attach_open(int *closing)
+{
+	if (*closing) {
+		attach_closing = 0;
+		*closing = 0;
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+	}
+}
+
 int rdmalloc_chunks_attach(struct ibv_pd *pd)
 {
 	rdmalloc_chunk_lock();
@@ -204,22 +228,35 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 	}
 	pds_filling |= 1u << s;
 	/* Register every published chunk; chunks published meanwhile are found
-	 * by the next pass, and the PD goes live with the last pass. */
+	 * by the next pass, and the PD goes live with the last pass.  Threads
+	 * that make chunks faster than this registers them (big blocks, a
+	 * slow NIC) would keep it from ever ending: once it has registered
+	 * as many as it owed at the start, creators wait before they look at
+	 * the PD table (attach_closing), and only those already past that
+	 * point are left to do. */
+	size_t budget = owed((unsigned)s, pd);
+	int closing = 0;
 	for (;;) {
 		struct rdmalloc_chunk *c = next_registered((unsigned)s, pd, 0);
 		if (!c) {
 			atomic_store_explicit(&pds[s], pd, memory_order_release);
 			pds_filling &= ~(1u << s);
 			reg_gen++;
+			attach_open(&closing);
 			rdmalloc_chunk_unlock();
 			return 0;
 		}
+		if (budget)
+			budget--;
+		else if (!closing)
+			attach_closing = closing = 1;
 		walk_enter(c);
 		rdmalloc_chunk_unlock();
 		int err = rdmalloc_region_register(c, (unsigned)s, pd);
 		rdmalloc_chunk_lock();
 		walk_leave(c);
 		if (err) {
+			attach_open(&closing);
 			let_go_of((unsigned)s, pd); /* undo: the caller may deallocate the PD next */
 			pds_filling &= ~(1u << s);
 			rdmalloc_chunk_unlock();

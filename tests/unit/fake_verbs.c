@@ -116,6 +116,15 @@ void fake_block_next_reg_on(struct ibv_pd *pd)
 	pthread_mutex_unlock(&block_mu);
 }
 
+static struct ibv_pd *_Atomic slow_pd;
+static _Atomic unsigned slow_usec;
+
+void fake_slow_reg_on(struct ibv_pd *pd, unsigned usec)
+{
+	slow_usec = usec;
+	slow_pd = pd;
+}
+
 static void count_pd(struct ibv_pd *pd)
 {
 	for (int i = 0; i < 4; i++)
@@ -163,6 +172,8 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 			pthread_cond_wait(&block_cv, &block_mu);
 	}
 	pthread_mutex_unlock(&block_mu);
+	if (slow_usec && pd == slow_pd)
+		usleep(slow_usec);
 	if (reg_malloc_max)
 		reg_malloc();
 	if (reenter) {

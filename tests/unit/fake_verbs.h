@@ -80,6 +80,9 @@ int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access);
 void fake_block_next_reg(void);
 /* The same, for the next registration with @pd only. */
 void fake_block_next_reg_on(struct ibv_pd *pd);
+/* Make every registration with @pd take @usec microseconds more (0: none):
+ * a slow NIC, to outrun a walk. */
+void fake_slow_reg_on(struct ibv_pd *pd, unsigned usec);
 /* The PD the region with @lkey was registered with, alive or not (NULL:
  * never issued). */
 struct ibv_pd *fake_pd_of_lkey(uint32_t lkey);

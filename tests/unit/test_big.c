@@ -11,10 +11,13 @@
 #include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "addrmap.h"
 #include "chunk.h"
@@ -138,4 +141,60 @@ Test(big, free_inside_aborts, .signal = SIGABRT, .init = cr_redirect_stderr)
 	char *p = rdma_malloc(256 * KiB);
 	cr_assert(p);
 	rdma_free(p + 4096);
+}
+
+static atomic_int makers_stop;
+
+/* Make big blocks of new sizes (new chunks) until told to stop, eight
+ * live at a time. */
+static void *maker(void *arg)
+{
+	uint64_t x = 0x9E3779B97F4A7C15ull * (uintptr_t)arg;
+	void *live[8] = { 0 };
+	for (unsigned i = 0; !atomic_load(&makers_stop); i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		rdma_free(live[i % 8]);
+		live[i % 8] = rdma_malloc(64 * KiB + (size_t)(x % (4 * MiB)));
+		cr_assert(live[i % 8]);
+	}
+	for (unsigned i = 0; i < 8; i++)
+		rdma_free(live[i]);
+	return NULL;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* An attach ends while other threads make chunks faster than the new PD
+ * registers them (each big block of a new size is a chunk; the PD's
+ * registrations take 2 ms more): it owes what was there when it started,
+ * and creators wait for its end once it has paid that.  Before, it
+ * chased the new chunks for ever (the stress test with big blocks never
+ * ended: its PD attach had not returned after 5 minutes). */
+Test(big, attach_ends_while_chunks_are_made)
+{
+	fake_slow_reg_on(fake_pd(1), 2000);
+	atomic_store(&makers_stop, 0);
+	pthread_t t[2];
+	for (uintptr_t i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, maker, (void *)(i + 1)), 0);
+	struct timespec d = { 0, 100 * 1000 * 1000 };
+	nanosleep(&d, NULL);
+	double t0 = now_s();
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	double took = now_s() - t0;
+	atomic_store(&makers_stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	fake_slow_reg_on(NULL, 0);
+	cr_assert_lt(took, 10.0, "the attach took %.1f s", took);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.mrs, fake_live_mrs());
+	cr_assert_eq(st.chunks * 2, st.mrs, "chunks %llu, regions %llu: one without the new PD",
+		     (unsigned long long)st.chunks, (unsigned long long)st.mrs);
+	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(1)), 0);
 }
