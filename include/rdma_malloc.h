@@ -112,7 +112,8 @@ size_t rdma_malloc_usable_size(const void *ptr);
 /*
  * Giving memory back (doc/design.md, "Giving memory back").  A region
  * covers a whole chunk, so a chunk is pinned as long as one byte of it is
- * allocated.  Once every page of a chunk has been free for its heap's
+ * allocated; a block of RDMALLOC_BIG_BLOCK bytes (64 KiB) or more is a
+ * chunk of its own, given back once freed for the decay time.  Once every page of a chunk has been free for its heap's
  * decay time (RDMALLOC_DECAY_MS, or rdma_heap_attr.decay_ms), the chunk is
  * deregistered from every PD and its pages go back to the system; the
  * smallest such chunk of each heap is kept registered, against growing and
@@ -569,7 +570,8 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(big_blocks, gauge, "blocks of RDMALLOC_BIG_BLOCK bytes or more in use, each a chunk of its own") \
 	X(big_bytes, gauge, "bytes of the chunks of big blocks in use")          \
 	X(big_cached_bytes, gauge, "bytes of freed big blocks' chunks kept for reuse, registrations included, until their decay time") \
-	X(big_cache_hits, counter, "big blocks served from a freed one's chunk: no mapping, no registration")
+	X(big_cache_hits, counter, "big blocks served from a freed one's chunk: no mapping, no registration") \
+	X(big_suspensions, counter, "times a heap's big blocks churned (sizes that never repeat: freed ones released unused) so that its next 4096 went to jemalloc's chunks")
 
 #define RDMA_MALLOC_STATS_VERSION 1
 

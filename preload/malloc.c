@@ -160,27 +160,17 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	void *p;
 	int tries = 2;
 	do { /* once more after memory pressure gave idle memory back */
-		if (rdmalloc_big_wanted(size, align))
-			p = rdmalloc_big_alloc(pheap, size, align, zero);
-		else
-			p = rdmalloc_mallocx(size ? size : 1,
-					     (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
+		p = rdmalloc_mallocx(size ? size : 1,
+				     (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
 	} while (!p && --tries && rdmalloc_heaps_relieve());
 	if (!p)
 		errno = ENOMEM;
 	return p;
 }
 
-/* A block of the drop-in's heap for big.c's realloc, below the threshold. */
-static void *alloc_small(struct rdmalloc_heap *h, size_t size)
-{
-	(void)h;
-	return alloc_any(size, 0, 0);
-}
-
 PRELOAD_API void *malloc(size_t size)
 {
-	if (likely(fast() && size < rdmalloc_big_min)) {
+	if (likely(fast())) {
 		void *p = rdmalloc_auto_malloc(size);
 		if (likely(p != NULL))
 			return p;
@@ -195,7 +185,7 @@ PRELOAD_API void *calloc(size_t n, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (likely(fast() && total < rdmalloc_big_min)) {
+	if (likely(fast())) {
 		void *p = rdmalloc_auto_calloc(1, total);
 		if (likely(p != NULL))
 			return p;
@@ -210,9 +200,10 @@ static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, 
 	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 }
 
-/* free() of anything the auto map does not mark: the nest's blocks, big
- * blocks, the rdma_* heaps' memory, and the drop-in's in a granule its
- * chunk's mapping does not cover whole (addrmap.h). */
+/* free() of anything the auto map does not mark: the nest's blocks, the
+ * rdma_* heaps' memory (their big blocks among it: the drop-in's heap has
+ * none), and the drop-in's in a granule its chunk's mapping does not cover
+ * whole (addrmap.h). */
 static __attribute__((noinline)) void free_slow(void *p)
 {
 	if (!p)
@@ -290,7 +281,7 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		free(p);
 		return NULL;
 	}
-	if (likely(fast() && preload_memory(p) && size < rdmalloc_big_min)) { /* never inside a hook, never the nest's */
+	if (likely(fast() && preload_memory(p))) { /* never inside a hook, never the nest's */
 		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
 		if (unlikely(!q) && rdmalloc_heaps_relieve())
 			q = rdmalloc_auto_realloc(p, size);
@@ -309,13 +300,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	void *q;
 	int tries = 2;
 	do { /* once more after a relief of memory pressure */
-		if (c && c->big)
-			q = rdmalloc_big_realloc(c, p, size, alloc_small);
-		else if (rdmalloc_big_wanted(size, 0))
-			q = realloc_moving(p, size); /* a jemalloc block grown big */
-		else
-			q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
-					   : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
+		q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
+				   : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
 	} while (!q && --tries && rdmalloc_heaps_relieve());
 	if (!q)
 		errno = ENOMEM;

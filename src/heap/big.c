@@ -105,6 +105,7 @@ static void choose(struct rdmalloc_big_cache *k, uint64_t now, long decay_ms, in
 		int over = c != k->head && k->bytes > bound(k);
 		if (!all && !old && !over)
 			break;
+		k->window_churn += over && !old && !all;
 		unlist(k, c);
 		STAT_SUB(big_cached_bytes, c->size);
 		c->owner_next = *out;
@@ -159,7 +160,20 @@ void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int
 	struct rdmalloc_big_cache *k = rdmalloc_heap_big(h);
 	rdmalloc_lock(RDMALLOC_LOCK_BIG);
 	struct rdmalloc_chunk *c = take(k, need, align);
+	int suspend = 0;
+	if (++k->window == RDMALLOC_BIG_WINDOW) {
+		suspend = k->window_churn > RDMALLOC_BIG_WINDOW / 2;
+		k->window = k->window_churn = 0;
+	}
 	rdmalloc_unlock(RDMALLOC_LOCK_BIG);
+	if (suspend) {
+		atomic_store_explicit(&k->suspended, RDMALLOC_BIG_SUSPEND, memory_order_relaxed);
+		STAT_INC(big_suspensions);
+		rdmalloc_log_once(RDMALLOC_LOG_INFO, "big blocks of sizes that seldom repeat: over %u of them, more than "
+				  "half as many freed ones were released unused, so the heap's next %u go to "
+				  "jemalloc's chunks (each time counted in big_suspensions)", RDMALLOC_BIG_WINDOW,
+				  RDMALLOC_BIG_SUSPEND);
+	}
 	if (c) {
 		STAT_SUB(big_cached_bytes, c->size);
 		/* After a fork, the child's PDs: registered again here. */
@@ -223,9 +237,11 @@ void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
 	if ((uintptr_t)p != c->base)
 		rdmalloc_fatal("realloc(%p): inside a block of rdmalloc's (at %p), not at its start", p,
 			       (void *)c->base);
-	if (size <= c->size && size > c->size / 2 && rdmalloc_big_wanted(size, 0))
+	int big = rdmalloc_big_wanted(rdmalloc_heap_big_min(c->heap), size, 0);
+	if (size <= c->size && size > c->size / 2 && big)
 		return p;
-	void *q = rdmalloc_big_wanted(size, 0) ? rdmalloc_big_alloc(c->heap, size, 0, 0) : small(c->heap, size);
+	big = big && rdmalloc_big_admit(rdmalloc_heap_big(c->heap));
+	void *q = big ? rdmalloc_big_alloc(c->heap, size, 0, 0) : small(c->heap, size);
 	if (!q)
 		return NULL;
 	memcpy(q, p, size < c->size ? size : c->size);

@@ -7,6 +7,7 @@
 #ifndef RDMALLOC_BIG_H
 #define RDMALLOC_BIG_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,19 +23,45 @@ struct rdmalloc_big_cache {
 	size_t bytes;  /* of the chunks kept */
 	size_t in_use; /* bytes of the heap's big blocks in use */
 	size_t blocks; /* how many */
+	unsigned window, window_churn; /* big blocks made in the current window; kept ones released for the
+					  bound meanwhile (made, freed and released unused) */
+	atomic_uint suspended; /* big-sized allocations still to go to jemalloc (rdmalloc_big_admit) */
 };
 
-/* The smallest big block (RDMALLOC_BIG_BLOCK; SIZE_MAX when there are
- * none): read where every allocation is routed. */
+/*
+ * Sizes that never repeat make every big block a new chunk: mapped,
+ * registered, deregistered and unmapped per block.  When, over a window of
+ * RDMALLOC_BIG_WINDOW big blocks, more than half as many kept chunks were
+ * released unused to stay within the cache's bound (churn, not growth: a
+ * heap that only grows releases none), the heap's next
+ * RDMALLOC_BIG_SUSPEND big-sized allocations are jemalloc's
+ * (big_suspensions; logged once), then it tries again.
+ */
+#define RDMALLOC_BIG_WINDOW 256u
+#define RDMALLOC_BIG_SUSPEND 4096u
+
+/* The smallest big block of the heaps that have them (RDMALLOC_BIG_BLOCK;
+ * SIZE_MAX when there are none); a heap's own is rdmalloc_heap_big_min(). */
 extern size_t rdmalloc_big_min;
 /* Set rdmalloc_big_min from the options (initialisation). */
 void rdmalloc_big_init(void);
 
 /* Whether @size bytes aligned to @align (0 or a power of two) are a big
- * block: at least the threshold either way. */
-static inline int rdmalloc_big_wanted(size_t size, size_t align)
+ * block of a heap whose threshold is @min: at least it either way. */
+static inline int rdmalloc_big_wanted(size_t min, size_t size, size_t align)
 {
-	return unlikely(size >= rdmalloc_big_min || align >= rdmalloc_big_min);
+	return unlikely(size >= min || align >= min);
+}
+
+/* An allocation of @h of big size: whether it is a big block (1) or, while
+ * the heap's big blocks are suspended, jemalloc's (0).  Lock-free. */
+static inline int rdmalloc_big_admit(struct rdmalloc_big_cache *k)
+{
+	unsigned s = atomic_load_explicit(&k->suspended, memory_order_relaxed);
+	while (s && !atomic_compare_exchange_weak_explicit(&k->suspended, &s, s - 1, memory_order_relaxed,
+							   memory_order_relaxed))
+		;
+	return s == 0;
 }
 
 /*

@@ -29,8 +29,8 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "when the drop-in's chunks are registered: first-use (when RDMA first needs them) or eager") \
 	X(CHUNK_MAX, chunk_max, growth, "0",                                    \
 	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
-	X(BIG_BLOCK, big_block, big, "0",                                      \
-	  "blocks of this size or more are chunks of their own, 4K-1G (0: none)") \
+	X(BIG_BLOCK, big_block, big, "64K",                                    \
+	  "the rdma_* heaps' blocks of this size or more are chunks of their own, 4K-1G (0: none)") \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
 	  "most bytes of chunks held at once (0: no limit)")                     \
 	X(DECAY_MS, decay_ms, decay, "10000",                                    \

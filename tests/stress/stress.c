@@ -181,12 +181,15 @@ static rdma_heap_t *phase_heap;
 static void *phaser(void *argp)
 {
 	atomic_int *stop = argp;
-	enum { N = 12 };
+	/* Blocks below the big-block threshold (64 KiB), 4.8 MB in all: they
+	 * fill jemalloc's chunks, which the trim gives back and the next
+	 * burst takes back.  (Big blocks are the workers'.) */
+	enum { N = 120 };
 	while (!atomic_load_explicit(stop, memory_order_relaxed)) {
 		void *b[N];
 		for (int i = 0; i < N; i++) {
 			errno = 0;
-			b[i] = rdma_heap_malloc(phase_heap, (size_t)(i % 3 + 1) << 20);
+			b[i] = rdma_heap_malloc(phase_heap, (size_t)(i % 3 + 1) * 20 * 1024);
 			if (!b[i]) {
 				alloc_failed("allocation in a phase failed");
 				continue;
@@ -197,7 +200,7 @@ static void *phaser(void *argp)
 			if (!b[i])
 				continue;
 			uint32_t lkey;
-			if (rdma_malloc_keys(b[i], (size_t)(i % 3 + 1) << 20, NULL, &lkey, NULL) != 0)
+			if (rdma_malloc_keys(b[i], (size_t)(i % 3 + 1) * 20 * 1024, NULL, &lkey, NULL) != 0)
 				violation("no key for a block of a phase", b[i]);
 			for (size_t k = 0; k < 4096; k += 61)
 				if (((unsigned char *)b[i])[k] != 0x3c)

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "addrmap.h"
+#include "big.h"
 #include "chunk.h"
 #include "fake_verbs.h"
 #include "reserve.h"
@@ -197,4 +198,51 @@ Test(big, attach_ends_while_chunks_are_made)
 	cr_assert_eq(st.chunks * 2, st.mrs, "chunks %llu, regions %llu: one without the new PD",
 		     (unsigned long long)st.chunks, (unsigned long long)st.mrs);
 	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(1)), 0);
+}
+
+/* Big blocks of sizes that never repeat, freed as fast as they are made:
+ * every one a new chunk, the freed ones released unused.  After a window
+ * of that, the heap's next big-sized allocations are jemalloc's (counted);
+ * a heap that only grows, however many sizes, is never suspended. */
+Test(big, churn_of_new_sizes_goes_to_jemalloc)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	uint64_t x = 88172645463325252ull;
+	void *live[8] = { 0 };
+	uint64_t before = stats().big_suspensions;
+	for (unsigned i = 0; i < 2 * RDMALLOC_BIG_WINDOW; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		rdma_free(live[i % 8]);
+		live[i % 8] = rdma_heap_malloc(h, 64 * KiB + (size_t)(x % (2 * MiB)));
+		cr_assert(live[i % 8]);
+	}
+	cr_assert_gt(stats().big_suspensions, before, "no suspension after %u blocks of new sizes",
+		     2 * RDMALLOC_BIG_WINDOW);
+	void *p = rdma_heap_malloc(h, 300 * KiB);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
+	cr_assert(c && !c->big, "a big-sized block while suspended is jemalloc's");
+	uint32_t l;
+	cr_assert_eq(rdma_malloc_keys(p, 300 * KiB, NULL, &l, NULL), 0);
+	rdma_free(p);
+	for (unsigned i = 0; i < 8; i++)
+		rdma_free(live[i]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+
+	h = rdma_heap_create(NULL);
+	cr_assert(h);
+	before = stats().big_suspensions;
+	enum { N = 600 };
+	static void *grown[N];
+	for (unsigned i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		grown[i] = rdma_heap_malloc(h, 64 * KiB + (size_t)(x % (256 * KiB)));
+		cr_assert(grown[i]);
+		c = rdmalloc_addrmap_find(grown[i]);
+		cr_assert(c && c->big, "block %u of a growing heap is not big", i);
+	}
+	cr_assert_eq(stats().big_suspensions, before, "growth taken for churn");
+	for (unsigned i = 0; i < N; i++)
+		rdma_free(grown[i]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
 }

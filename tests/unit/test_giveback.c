@@ -30,9 +30,17 @@
 #define LW IBV_ACCESS_LOCAL_WRITE
 #define RR IBV_ACCESS_REMOTE_READ
 
+/* These tests are about jemalloc's chunks: every block is jemalloc's
+ * (big blocks, a chunk each, are test_big.c's). */
+static void install(int with_device)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	fake_verbs_install(with_device);
+}
+
 static void setup(void)
 {
-	fake_verbs_install(1);
+	install(1);
 }
 
 TestSuite(giveback, .init = setup, .timeout = 120);
@@ -303,7 +311,7 @@ Test(giveback, no_churn_with_big_buffers)
  * freed; once the window goes, it is. */
 Test(giveback, window_pins_its_chunk, .init = NULL)
 {
-	fake_verbs_install(1);
+	install(1);
 	struct ibv_qp qp = { .pd = fake_pd(0) };
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_MW_BIND });
 	cr_assert(h);
@@ -353,7 +361,7 @@ Test(giveback, pressure_gives_back_first, .init = NULL)
 {
 	setenv("RDMALLOC_MAX_REGISTERED", "48M", 1);
 	setenv("RDMALLOC_DECAY_MS", "-1", 1);
-	fake_verbs_install(1);
+	install(1);
 	rdma_heap_t *h = rdma_heap_default();
 	enum { MAXB = 1 << 14 };
 	static void *b[MAXB];
@@ -385,7 +393,7 @@ Test(giveback, pressure_relieves_failed_allocations, .init = NULL)
 {
 	setenv("RDMALLOC_MAX_REGISTERED", "8M", 1); /* the common RLIMIT_MEMLOCK of containers */
 	setenv("RDMALLOC_LOG_LEVEL", "error", 1);
-	fake_verbs_install(1);
+	install(1);
 	rdma_heap_t *h = rdma_heap_default();
 	enum { MAXB = 1 << 14 };
 	static void *b[MAXB];

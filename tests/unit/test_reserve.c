@@ -33,9 +33,17 @@
 #define LW IBV_ACCESS_LOCAL_WRITE
 #define RR IBV_ACCESS_REMOTE_READ
 
+/* These tests are about jemalloc's chunks: every block is jemalloc's
+ * (big blocks, a chunk each, are test_big.c's). */
+static void install(int with_device)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	fake_verbs_install(with_device);
+}
+
 static void setup(void)
 {
-	fake_verbs_install(1);
+	install(1);
 }
 
 TestSuite(reserve, .init = setup, .timeout = 60);
@@ -383,7 +391,7 @@ Test(reserve, destroy_while_being_made)
 Test(reserve, limit_gives_up_the_reserve_first, .init = NULL)
 {
 	setenv("RDMALLOC_MAX_REGISTERED", "16M", 1);
-	fake_verbs_install(1);
+	install(1);
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(h);
 	for (int i = 0; i < 3; i++) {
@@ -481,7 +489,7 @@ Test(reserve, fork_waits_for_the_thread)
 Test(reserve, off_registers_inline, .init = NULL)
 {
 	setenv("RDMALLOC_RESERVE", "0", 1);
-	fake_verbs_install(1);
+	install(1);
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(h);
 	for (int i = 0; i < 5; i++)
