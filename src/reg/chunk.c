@@ -457,6 +457,11 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c)
 	rdmalloc_chunk_unlock();
 	if (pinned)
 		return EBUSY;
+	/* Given back as an idle chunk is: counted so (what rdma_malloc_trim()
+	 * returns), and its keys are gone (the heap's key generation). */
+	STAT_INC(chunks_given_back);
+	STAT_ADD(bytes_given_back, c->map_size);
+	atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
 	release(c);
 	return 0;
 }

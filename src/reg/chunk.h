@@ -196,7 +196,8 @@ struct rdmalloc_chunk *rdmalloc_chunk_create_big(struct rdmalloc_heap *heap, str
  * as a chunk made now would be (after a fork: the child's PDs): 0, or the
  * errno of a failed registration.  Takes the chunk lock. */
 int rdmalloc_chunk_resync(struct rdmalloc_chunk *c);
-/* Unpublish, deregister and unmap big chunk @c (its block was freed): 0,
+/* Unpublish, deregister and unmap big chunk @c (its block was freed): given
+ * back (chunks_given_back, bytes_given_back, the key generation), 0;
  * or EBUSY while it is pinned (a memory window, an elided region: nothing
  * done).  Waits for a walk under way on it.  Takes the chunk lock. */
 int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
