@@ -162,7 +162,10 @@ void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int
 	struct rdmalloc_chunk *c = take(k, need, align);
 	int suspend = 0;
 	if (++k->window == RDMALLOC_BIG_WINDOW) {
-		suspend = k->window_churn > RDMALLOC_BIG_WINDOW / 2;
+		k->churned = k->window_churn > RDMALLOC_BIG_WINDOW / 2 ? k->churned + 1 : 0;
+		suspend = k->churned == RDMALLOC_BIG_WINDOWS;
+		if (suspend)
+			k->churned = 0;
 		k->window = k->window_churn = 0;
 	}
 	rdmalloc_unlock(RDMALLOC_LOCK_BIG);
@@ -171,8 +174,8 @@ void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int
 		STAT_INC(big_suspensions);
 		rdmalloc_log_once(RDMALLOC_LOG_INFO, "big blocks of sizes that seldom repeat: over %u of them, more than "
 				  "half as many freed ones were released unused, so the heap's next %u go to "
-				  "jemalloc's chunks (each time counted in big_suspensions)", RDMALLOC_BIG_WINDOW,
-				  RDMALLOC_BIG_SUSPEND);
+				  "jemalloc's chunks (each time counted in big_suspensions)",
+				  RDMALLOC_BIG_WINDOW * RDMALLOC_BIG_WINDOWS, RDMALLOC_BIG_SUSPEND);
 	}
 	if (c) {
 		STAT_SUB(big_cached_bytes, c->size);
@@ -213,6 +216,7 @@ void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)
 			       (void *)c->base);
 	struct rdmalloc_heap *h = c->heap;
 	struct rdmalloc_big_cache *k = rdmalloc_heap_big(h);
+	size_t size = c->size; /* once on the list, another thread may release @c */
 	uint64_t now = rdmalloc_now_ns();
 	struct rdmalloc_chunk *out = NULL;
 	rdmalloc_lock(RDMALLOC_LOCK_BIG);
@@ -226,8 +230,8 @@ void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)
 	choose(k, now, rdmalloc_heap_decay_ms(h), 0, &out);
 	rdmalloc_unlock(RDMALLOC_LOCK_BIG);
 	STAT_SUB(big_blocks, 1);
-	STAT_SUB(big_bytes, c->size);
-	STAT_ADD(big_cached_bytes, c->size);
+	STAT_SUB(big_bytes, size);
+	STAT_ADD(big_cached_bytes, size);
 	release(out, now);
 }
 

@@ -25,19 +25,22 @@ struct rdmalloc_big_cache {
 	size_t blocks; /* how many */
 	unsigned window, window_churn; /* big blocks made in the current window; kept ones released for the
 					  bound meanwhile (made, freed and released unused) */
+	unsigned churned; /* windows in a row that churned */
 	atomic_uint suspended; /* big-sized allocations still to go to jemalloc (rdmalloc_big_admit) */
 };
 
 /*
  * Sizes that never repeat make every big block a new chunk: mapped,
- * registered, deregistered and unmapped per block.  When, over a window of
- * RDMALLOC_BIG_WINDOW big blocks, more than half as many kept chunks were
- * released unused to stay within the cache's bound (churn, not growth: a
- * heap that only grows releases none), the heap's next
+ * registered, deregistered and unmapped per block.  When, over
+ * RDMALLOC_BIG_WINDOWS windows in a row of RDMALLOC_BIG_WINDOW big blocks,
+ * more than half as many kept chunks were released unused to stay within
+ * the cache's bound (churn, not growth: a heap that only grows releases
+ * none; nor a working set that moves to other sizes once), the heap's next
  * RDMALLOC_BIG_SUSPEND big-sized allocations are jemalloc's
  * (big_suspensions; logged once), then it tries again.
  */
 #define RDMALLOC_BIG_WINDOW 256u
+#define RDMALLOC_BIG_WINDOWS 4u
 #define RDMALLOC_BIG_SUSPEND 4096u
 
 /* The smallest big block of the heaps that have them (RDMALLOC_BIG_BLOCK;
