@@ -515,6 +515,55 @@ else:
     md.append("Not measured.")
     md.append("")
 
+# ------------------------------------------------------------------ 4d. service
+sv = read("service.csv")
+md.append("## 4d. A service whose working set moves")
+md.append("")
+if sv:
+    md.append("`bench/service.c`: a hot set that moves each phase to another size range (small "
+              "objects, pages, message buffers, large buffers, mixed) and size, a burst of "
+              "short-lived buffers on top, a shrink to a quarter every third phase; after each "
+              "phase the program is quiet for twice the decay time plus a second, then: what it "
+              "holds (live), rdmalloc's pinned bytes, RSS. Plain jemalloc (its background thread "
+              "on, the same decay time) beside it. Pass mark: pinned <= 1.5 x live + 8 MiB.")
+    md.append("")
+    rows, data = [], {}
+    for r in sv:
+        if r["step"] != "settled":
+            continue
+        key = (r["env"], int(r["phase"]))
+        d = data.setdefault(key, {"shape": r["shape"]})
+        if r["alloc"] == "rdmalloc":
+            d.update(live=int(r["live_bytes"]), pinned=int(r["pinned_bytes"]), rss=int(r["rss_bytes"]),
+                     ok=r["pass"])
+        else:
+            d["je_rss"] = int(r["rss_bytes"])
+    over = 0
+    for (env, phase), d in sorted(data.items()):
+        mib = lambda k: f"{d[k] / 2**20:.0f}" if k in d else "—"
+        over += d.get("ok") == "over"
+        rows.append([env, phase, d["shape"], mib("live"), mib("pinned"), mib("rss"), mib("je_rss"),
+                     d.get("ok", "—")])
+    table(["env", "phase", "hot set", "live MiB", "pinned MiB", "RSS MiB", "jemalloc RSS MiB",
+           "pinned <= 1.5 x live + 8 MiB"], rows)
+    write_dat("service.dat", ["phase", "live", "pinned", "rss", "je_rss"],
+              [[p, d.get("live", 0) / 2**20, d.get("pinned", 0) / 2**20, d.get("rss", 0) / 2**20,
+                d["je_rss"] / 2**20 if "je_rss" in d else None] for (e, p), d in sorted(data.items())])
+    gnuplot("service", """set title 'A service whose working set moves: after each phase and its decay'
+set xlabel 'phase'
+set ylabel 'MiB'
+plot 'service.dat' using 1:2 with linespoints title 'live (the program holds)', \\
+     'service.dat' using 1:3 with linespoints title 'rdmalloc pinned', \\
+     'service.dat' using 1:4 with linespoints title 'rdmalloc RSS', \\
+     'service.dat' using 1:5 with linespoints title 'plain jemalloc RSS', \\
+     'service.dat' using 1:($2*1.5+8) with lines dt 2 title '1.5 x live + 8 MiB'
+""")
+    verdict("service: pinned <= 1.5 x live + 8 MiB after each phase's decay",
+            "met" if over == 0 else "NOT met", f"{len(rows) - over} of {len(rows)} phases")
+else:
+    md.append("Not measured.")
+    md.append("")
+
 # ------------------------------------------------------------------ 5. startup
 su = read("startup.csv")
 md.append("## 5. Start-up")
