@@ -19,6 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef BENCH_FAKE_VERBS
+#include "fake_verbs.h"
+#endif
+
 static inline uint64_t bench_now_ns(void)
 {
 	struct timespec ts;
@@ -160,6 +164,19 @@ static inline size_t bench_rss_bytes(void)
 		fclose(f);
 	}
 	return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The registration backend of this build, installed: "fake" (the -fake
+ * programs: the unit tests' fake backend, which pins pages as ibv_reg_mr
+ * does) or "verbs" (libibverbs). */
+static inline const char *bench_backend(void)
+{
+#ifdef BENCH_FAKE_VERBS
+	fake_verbs_install(1);
+	return "fake";
+#else
+	return "verbs";
+#endif
 }
 
 #endif

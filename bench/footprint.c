@@ -24,9 +24,6 @@
 
 #include "common.h"
 #include "rdma_malloc.h"
-#ifdef BENCH_FAKE_VERBS
-#include "fake_verbs.h"
-#endif
 
 #define PROG "bench-footprint"
 
@@ -48,12 +45,7 @@ static void row(const char *phase)
 
 int main(int argc, char **argv)
 {
-#ifdef BENCH_FAKE_VERBS
-	fake_verbs_install(1);
-	const char *backend = "fake";
-#else
-	const char *backend = "verbs";
-#endif
+	const char *backend = bench_backend();
 	size_t live = 256u << 20, maxsize = 1u << 20;
 	if (bench_parse_size(bench_opt(argc, argv, "--live", "256M"), &live) ||
 	    bench_parse_size(bench_opt(argc, argv, "--max-size", "1M"), &maxsize) || maxsize < 64)

@@ -268,12 +268,7 @@ static void shuffle(struct buf *a, size_t n, uint64_t *seed)
 
 int main(int argc, char **argv)
 {
-#ifdef BENCH_FAKE_VERBS
-	fake_verbs_install(1);
-	const char *backend = "fake";
-#else
-	const char *backend = "verbs";
-#endif
+	const char *backend = bench_backend();
 	nbufs = (size_t)bench_opt_long(argc, argv, "--ptrs", 16384);
 	size_t lookups = (size_t)bench_opt_long(argc, argv, "--lookups", 1000000);
 	int reps = (int)bench_opt_long(argc, argv, "--reps", 5);

@@ -23,41 +23,18 @@
 #include <dlfcn.h>
 #include <malloc.h>
 
-#include "common.h"
-#include "rdma_malloc.h"
-#ifdef BENCH_FAKE_VERBS
-#include "fake_verbs.h"
-#endif
+#include "held.h"
 
 #define PROG "bench-phases"
 
 static const char *env_label, *alloc_label;
-static int plain;
-static size_t asked; /* bytes the program holds, by its own count */
 
-static void *get(size_t n)
-{
-	void *p = plain ? malloc(n) : rdma_malloc(n);
-	if (!p)
-		bench_die(PROG, "allocation of %zu bytes failed", n);
-	memset(p, 1, n); /* every page used, as a registration pins every page */
-	asked += n;
-	return p;
-}
 
-static void put(void *p, size_t n)
-{
-	if (plain)
-		free(p);
-	else
-		rdma_free(p);
-	asked -= n;
-}
 
 /* Give back what the allocator can, now. */
 static void give_back(void)
 {
-	if (!plain) {
+	if (!bench_plain) {
 		rdma_malloc_trim();
 		return;
 	}
@@ -73,8 +50,8 @@ static void give_back(void)
 
 static void row(const char *step)
 {
-	unsigned long long live = asked, held = 0, regs = 0, back = 0;
-	if (!plain) {
+	unsigned long long live = bench_asked, held = 0, regs = 0, back = 0;
+	if (!bench_plain) {
 		struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 		if (rdma_malloc_stats_get(&st))
 			bench_die(PROG, "rdma_malloc_stats_get failed");
@@ -88,21 +65,16 @@ static void row(const char *step)
 
 int main(int argc, char **argv)
 {
-#ifdef BENCH_FAKE_VERBS
-	fake_verbs_install(1);
-	const char *backend = "fake";
-#else
-	const char *backend = "verbs";
-#endif
+	const char *backend = bench_backend();
 	size_t lng = 64u << 20, burst = 384u << 20;
 	if (bench_parse_size(bench_opt(argc, argv, "--long", "64M"), &lng) ||
 	    bench_parse_size(bench_opt(argc, argv, "--burst", "384M"), &burst))
 		bench_die(PROG, "bad size");
 	int phases = (int)bench_opt_double(argc, argv, "--phases", 3);
-	plain = bench_flag(argc, argv, "--plain");
+	bench_plain = bench_flag(argc, argv, "--plain");
 	env_label = bench_opt(argc, argv, "--env", backend);
-	alloc_label = bench_opt(argc, argv, "--alloc", plain ? "plain" : "rdmalloc");
-	if (!plain && !rdma_malloc_default_pd()) {
+	alloc_label = bench_opt(argc, argv, "--alloc", bench_plain ? "plain" : "rdmalloc");
+	if (!bench_plain && !rdma_malloc_default_pd()) {
 		bench_progress(PROG, "SKIP: no RDMA device (run it in the Soft-RoCE guest, or the -fake build)");
 		return 0;
 	}
@@ -117,7 +89,7 @@ int main(int argc, char **argv)
 	size_t n = 0, bytes = 0;
 	while (bytes < lng && n < nl) { /* a server's state: 64 B - 64 KiB */
 		ll[n] = bench_log_uniform(&seed, 64, 64 << 10);
-		lp[n] = get(ll[n]);
+		lp[n] = bench_get(PROG, ll[n]);
 		bytes += ll[n++];
 	}
 	nl = n;
@@ -127,13 +99,13 @@ int main(int argc, char **argv)
 		n = 0, bytes = 0;
 		while (bytes < burst && n < nb) { /* requests' buffers: 64 B - 4 MiB */
 			bl[n] = bench_log_uniform(&seed, 64, 4 << 20);
-			bp[n] = get(bl[n]);
+			bp[n] = bench_get(PROG, bl[n]);
 			bytes += bl[n++];
 		}
 		snprintf(step, sizeof(step), "burst-%d", ph + 1);
 		row(step);
 		for (size_t i = 0; i < n; i++)
-			put(bp[i], bl[i]);
+			bench_put(bp[i], bl[i]);
 		snprintf(step, sizeof(step), "freed-%d", ph + 1);
 		row(step);
 		give_back();
@@ -146,14 +118,14 @@ int main(int argc, char **argv)
 	 * row "steady". */
 	for (int r = 0; r < 14; r++) {
 		for (size_t i = (size_t)r % 4; i < nl; i += 4) {
-			put(lp[i], ll[i]);
-			lp[i] = get(ll[i]);
+			bench_put(lp[i], ll[i]);
+			lp[i] = bench_get(PROG, ll[i]);
 		}
 		if (r == 3)
 			row("warm");
 	}
 	row("steady");
 	for (size_t i = 0; i < nl; i++)
-		put(lp[i], ll[i]);
+		bench_put(lp[i], ll[i]);
 	return 0;
 }

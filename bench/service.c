@@ -24,38 +24,15 @@
  */
 #include <time.h>
 
-#include "common.h"
-#include "rdma_malloc.h"
-#ifdef BENCH_FAKE_VERBS
-#include "fake_verbs.h"
-#endif
+#include "held.h"
 
 #define PROG "bench-service"
 #define MiB ((size_t)1 << 20)
 
 static const char *env_label, *alloc_label;
-static int plain;
-static size_t asked; /* bytes the program holds, by its own count */
 static uint64_t t0;
 
-static void *get(size_t n)
-{
-	void *p = plain ? malloc(n) : rdma_malloc(n);
-	if (!p)
-		bench_die(PROG, "allocation of %zu bytes failed", n);
-	memset(p, 1, n); /* every page used */
-	asked += n;
-	return p;
-}
 
-static void put(void *p, size_t n)
-{
-	if (plain)
-		free(p);
-	else
-		rdma_free(p);
-	asked -= n;
-}
 
 /* The hot set: blocks of one size range, replaced as the phases go. */
 static void **hot;
@@ -86,17 +63,17 @@ static size_t scaled(size_t b)
 static void row(int phase, const char *step, const char *what)
 {
 	unsigned long long pinned = 0, held = 0;
-	if (!plain) {
+	if (!bench_plain) {
 		struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 		if (rdma_malloc_stats_get(&st))
 			bench_die(PROG, "rdma_malloc_stats_get failed");
 		pinned = st.pinned_bytes, held = st.chunk_bytes;
 	}
 	size_t rss = bench_rss_bytes();
-	int ok = plain || pinned <= asked + asked / 2 + 8 * MiB;
+	int ok = bench_plain || pinned <= bench_asked + bench_asked / 2 + 8 * MiB;
 	printf("%s,%s,%.2f,%d,%s,%s,%zu,%llu,%llu,%zu,%s\n", env_label, alloc_label,
-	       (double)(bench_now_ns() - t0) / 1e9, phase, step, what, asked, pinned, held, rss,
-	       plain ? "" : ok ? "ok" : "over");
+	       (double)(bench_now_ns() - t0) / 1e9, phase, step, what, bench_asked, pinned, held, rss,
+	       bench_plain ? "" : ok ? "ok" : "over");
 	fflush(stdout);
 }
 
@@ -109,22 +86,17 @@ static void sleep_ms(long ms)
 
 int main(int argc, char **argv)
 {
-#ifdef BENCH_FAKE_VERBS
-	fake_verbs_install(1);
-	const char *backend = "fake";
-#else
-	const char *backend = "verbs";
-#endif
+	const char *backend = bench_backend();
 	int phases = (int)bench_opt_double(argc, argv, "--phases", 12);
 	scale = bench_opt_double(argc, argv, "--scale", 1);
 	long decay = (long)bench_opt_double(argc, argv, "--decay-ms", 1000);
 	long settle = (long)bench_opt_double(argc, argv, "--settle-ms", 2 * (double)decay + 1000);
-	plain = bench_flag(argc, argv, "--plain");
+	bench_plain = bench_flag(argc, argv, "--plain");
 	env_label = bench_opt(argc, argv, "--env", backend);
-	alloc_label = bench_opt(argc, argv, "--alloc", plain ? "plain" : "rdmalloc");
+	alloc_label = bench_opt(argc, argv, "--alloc", bench_plain ? "plain" : "rdmalloc");
 	if (phases < 1 || scale <= 0 || decay < 0 || settle < 0)
 		bench_die(PROG, "bad option");
-	if (!plain && !rdma_malloc_default_pd()) {
+	if (!bench_plain && !rdma_malloc_default_pd()) {
 		bench_progress(PROG, "SKIP: no RDMA device (run it in the Soft-RoCE guest, or the -fake build)");
 		return 0;
 	}
@@ -149,31 +121,31 @@ int main(int argc, char **argv)
 		while (bytes < target && n < maxhot) {
 			size_t len = bench_log_uniform(&seed, s->lo, s->hi);
 			if (n < old)
-				put(hot[n], hot_len[n]);
-			void *p = get(len);
+				bench_put(hot[n], hot_len[n]);
+			void *p = bench_get(PROG, len);
 			hot[n] = p, hot_len[n] = len;
 			bytes += len;
 			n++;
 		}
 		for (size_t i = n; i < old; i++)
-			put(hot[i], hot_len[i]);
+			bench_put(hot[i], hot_len[i]);
 		nhot = n;
 		/* A burst of short-lived buffers on top. */
 		size_t nb = 0, bb = 0;
 		while (bb < scaled(s->burst) && nb < nburst) {
 			bl[nb] = bench_log_uniform(&seed, 64, 2 * MiB);
-			bp[nb] = get(bl[nb]);
+			bp[nb] = bench_get(PROG, bl[nb]);
 			bb += bl[nb++];
 		}
 		row(ph, "burst", s->what);
 		for (size_t i = 0; i < nb; i++)
-			put(bp[i], bl[i]);
+			bench_put(bp[i], bl[i]);
 		/* Every third phase the service shrinks to a quarter. */
 		if (ph % 3 == 0) {
 			size_t keep = 0;
 			for (size_t i = 0; i < nhot; i++) {
 				if (i % 4) {
-					put(hot[i], hot_len[i]);
+					bench_put(hot[i], hot_len[i]);
 				} else {
 					hot[keep] = hot[i], hot_len[keep] = hot_len[i];
 					keep++;
@@ -185,6 +157,6 @@ int main(int argc, char **argv)
 		row(ph, "settled", s->what);
 	}
 	for (size_t i = 0; i < nhot; i++)
-		put(hot[i], hot_len[i]);
+		bench_put(hot[i], hot_len[i]);
 	return 0;
 }
