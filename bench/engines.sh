@@ -26,7 +26,7 @@ if [[ -z ${RDMALLOC_VM_HOSTS:-} ]]; then
 	echo "engines.sh: needs the guest's two hosts (tools/rdmalloc-vm --hosts 2)" >&2
 	exit 2
 fi
-echo "env,rep,mode,test,size,iters,p50_us,avg_us,mb_s,elided,passthrough,passthrough_ns"
+echo "env,rep,mode,test,size,iters,p50_us,avg_us,mb_s,elided,passthrough,passthrough_ns,peak_held_bytes,peak_live_bytes,peak_pinned_bytes"
 modes=(plain dropin remote)
 status=0
 for rep in $(seq 1 "$reps"); do
@@ -61,7 +61,7 @@ for rep in $(seq 1 "$reps"); do
 			fi
 			# Final: iters p50 avg overall bw_avg bw_overall rate_avg rate_overall
 			read -r _ _ p50 avg _ _ bw _ <<<"$row"
-			echo "guest-2hosts,$rep,$mode,$test,$size,$n,$p50,$avg,$bw,$(field_of "$log/c.err" elided_registrations),$(field_of "$log/c.err" passthrough_registrations),$(field_of "$log/c.err" passthrough_ns)"
+			echo "guest-2hosts,$rep,$mode,$test,$size,$n,$p50,$avg,$bw,$(field_of "$log/c.err" elided_registrations),$(field_of "$log/c.err" passthrough_registrations),$(field_of "$log/c.err" passthrough_ns),$(field_of "$log/c.err" peak_chunk_bytes),$(field_of "$log/c.err" peak_live_bytes),$(field_of "$log/c.err" peak_pinned_bytes)"
 		done
 	done
 done

@@ -505,12 +505,17 @@ if en:
             saved = "—"
             if mode == "remote" and dropin_ns is not None:
                 saved = fmt((dropin_ns - ns) / 1e6, 1)
+            peaks = "—"
+            if mode != "plain" and "peak_held_bytes" in rs[0]:
+                peaks = " / ".join(f"{med(rs, k) / 2**20:.0f}"
+                                   for k in ("peak_held_bytes", "peak_pinned_bytes", "peak_live_bytes"))
             rows.append([test, fmt_size(rs[0]["size"]), mode, str(len(rs)), f"{fmt(v, 1)} {unit}",
                          f"{fmt(vals[0], 1)}-{fmt(vals[-1], 1)}", fmt(ratio(v, base), 2),
                          "—" if mode == "plain" else f"{el:.0f} / {pt:.0f}",
-                         "—" if mode == "plain" or not pt else fmt(ns / pt / 1000, 0), saved])
+                         "—" if mode == "plain" or not pt else fmt(ns / pt / 1000, 0), saved, peaks])
     table(["test", "size", "mode", "reps", "median", "spread", "/ plain", "elided / passed",
-           "µs per passed ibv_reg_mr", "registration ms saved against dropin"], rows)
+           "µs per passed ibv_reg_mr", "registration ms saved against dropin",
+           "client's peak held / pinned / live MiB"], rows)
 else:
     md.append("Not measured.")
     md.append("")

@@ -33,6 +33,7 @@ counts() {
 	echo "# counts $name $mode $side elided=$e passthrough=$p passthrough_ns=$(field_of "$f" passthrough_ns)" \
 		"held_bytes=$(field_of "$f" chunk_bytes) live_bytes=$(field_of "$f" live_bytes)" \
 		"pinned_bytes=$(field_of "$f" pinned_bytes) peak_pinned_bytes=$(field_of "$f" peak_pinned_bytes)" \
+		"peak_held_bytes=$(field_of "$f" peak_chunk_bytes) peak_live_bytes=$(field_of "$f" peak_live_bytes)" \
 		"given_back=$(field_of "$f" chunks_given_back)"
 	if ((e < 0)); then
 		fail "$name $mode $side: no stats line (the drop-in was not loaded?)" "$f"
