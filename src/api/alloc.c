@@ -42,7 +42,7 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 	void *p;
 	int tries = 2;
 	do { /* once more after memory pressure gave idle memory back */
-		if (rdmalloc_big_wanted(rdmalloc_heap_big_min(h), size, align) &&
+		if (rdmalloc_big_wanted(h, size, align) &&
 		    rdmalloc_big_admit(rdmalloc_heap_big(h)))
 			p = rdmalloc_big_alloc(h, size, align, zero);
 		else
@@ -111,7 +111,7 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_chunk *c, size_t size)
 {
 	if (c->heap != to ||
-	    (!c->big && rdmalloc_big_wanted(rdmalloc_heap_big_min(to), size, 0) && rdmalloc_big_admit(rdmalloc_heap_big(to)))) {
+	    (!c->big && rdmalloc_big_wanted(to, size, 0) && rdmalloc_big_admit(rdmalloc_heap_big(to)))) {
 		/* Into another heap, or a jemalloc block grown big: copy, then
 		 * free the old one. */
 		void *q = alloc(to, size, 0, 0);

@@ -241,7 +241,7 @@ void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
 	if ((uintptr_t)p != c->base)
 		rdmalloc_fatal("realloc(%p): inside a block of rdmalloc's (at %p), not at its start", p,
 			       (void *)c->base);
-	int big = rdmalloc_big_wanted(rdmalloc_heap_big_min(c->heap), size, 0);
+	int big = rdmalloc_big_wanted(c->heap, size, 0);
 	if (size <= c->size && size > c->size / 2 && big)
 		return p;
 	big = big && rdmalloc_big_admit(rdmalloc_heap_big(c->heap));

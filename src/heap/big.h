@@ -13,6 +13,7 @@
 
 #include "chunk.h"
 #include "compiler.h"
+#include "heap.h"
 
 struct rdmalloc_heap;
 
@@ -44,16 +45,17 @@ struct rdmalloc_big_cache {
 #define RDMALLOC_BIG_SUSPEND 4096u
 
 /* The smallest big block of the heaps that have them (RDMALLOC_BIG_BLOCK;
- * SIZE_MAX when there are none); a heap's own is rdmalloc_heap_big_min(). */
+ * SIZE_MAX when there are none; rdmalloc_heap_has_big() says which). */
 extern size_t rdmalloc_big_min;
 /* Set rdmalloc_big_min from the options (initialisation). */
 void rdmalloc_big_init(void);
 
 /* Whether @size bytes aligned to @align (0 or a power of two) are a big
- * block of a heap whose threshold is @min: at least it either way. */
-static inline int rdmalloc_big_wanted(size_t min, size_t size, size_t align)
+ * block of @h: at least the threshold either way, in a heap that has big
+ * blocks (the global first: the call only for big sizes). */
+static inline int rdmalloc_big_wanted(const struct rdmalloc_heap *h, size_t size, size_t align)
 {
-	return unlikely(size >= min || align >= min);
+	return unlikely(size >= rdmalloc_big_min || align >= rdmalloc_big_min) && rdmalloc_heap_has_big(h);
 }
 
 /* An allocation of @h of big size: whether it is a big block (1) or, while

@@ -108,9 +108,9 @@ struct rdmalloc_big_cache *rdmalloc_heap_big(struct rdmalloc_heap *h)
 	return &h->big;
 }
 
-size_t rdmalloc_heap_big_min(const struct rdmalloc_heap *h)
+int rdmalloc_heap_has_big(const struct rdmalloc_heap *h)
 {
-	return h->spec.auto_cache || (h->spec.flags & RDMA_HEAP_ODP) ? SIZE_MAX : rdmalloc_big_min;
+	return !h->spec.auto_cache && !(h->spec.flags & RDMA_HEAP_ODP);
 }
 
 long rdmalloc_heap_decay_ms(const struct rdmalloc_heap *h)

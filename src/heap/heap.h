@@ -47,10 +47,10 @@ unsigned int rdmalloc_heap_implied_access(unsigned int flags, unsigned int acces
 unsigned int rdmalloc_heap_flags_of(const struct rdmalloc_heap *h);
 /* What the chunk layer reads of @h (chunk.h): its access and flags. */
 struct rdmalloc_chunk_spec *rdmalloc_heap_spec(struct rdmalloc_heap *h);
-/* The smallest big block of @h (big.h): RDMALLOC_BIG_BLOCK, but none
- * (SIZE_MAX) for an ODP heap, whose free pages jemalloc gives back itself,
- * and for the drop-in's, whose chunks are pinned only where RDMA uses them. */
-size_t rdmalloc_heap_big_min(const struct rdmalloc_heap *h);
+/* Whether @h has big blocks (big.h): not an ODP heap, whose free pages
+ * jemalloc gives back itself, nor the drop-in's, whose chunks are pinned
+ * only where RDMA uses them. */
+int rdmalloc_heap_has_big(const struct rdmalloc_heap *h);
 /* @h's freed big blocks kept for reuse (big.h). */
 struct rdmalloc_big_cache *rdmalloc_heap_big(struct rdmalloc_heap *h);
 /* Milliseconds @h's free memory stays before it is given back (-1: never). */

@@ -186,7 +186,7 @@ void rdmalloc_reserve_set_tick(uint64_t (*tick)(void))
  * for the next of them.  Chunk lock held. */
 static void idle(void)
 {
-	uint64_t now = rdmalloc_now_ns(), first = UINT64_MAX;
+	uint64_t now = rdmalloc_now_ns();
 	if (tick_fn && tick_at <= now) {
 		rdmalloc_chunk_unlock();
 		uint64_t delay = tick_fn();
@@ -194,7 +194,7 @@ static void idle(void)
 		tick_at = delay ? rdmalloc_now_ns() + delay : UINT64_MAX;
 		return; /* work may have come meanwhile */
 	}
-	first = tick_at;
+	uint64_t first = tick_at;
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
 		uint64_t when = idle_deadline(r);
 		if (when <= now) {
