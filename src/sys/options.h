@@ -27,7 +27,7 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "arenas of the drop-in's heap, 1-16 (0: one per online CPU, at most 16)") \
 	X(PRELOAD_REGISTER, preload_register, policy, "first-use",              \
 	  "when the drop-in's chunks are registered: first-use (when RDMA first needs them) or eager") \
-	X(CHUNK_MAX, chunk_max, growth, "0",                                    \
+	X(CHUNK_MAX, chunk_max, growth, "2M",                                   \
 	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
 	X(BIG_BLOCK, big_block, big, "64K",                                    \
 	  "the rdma_* heaps' blocks of this size or more are chunks of their own, 4K-1G (0: none)") \

@@ -38,6 +38,7 @@
 static void install(int with_device)
 {
 	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	setenv("RDMALLOC_CHUNK_MAX", "0", 1); /* jemalloc's series: what the reserve predicts */
 	fake_verbs_install(with_device);
 }
 
