@@ -220,7 +220,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 	else if (c->heap == pheap)
 		rdmalloc_auto_free(p);
 	else
-		rdmalloc_dallocx(p, rdmalloc_heap_free_flags(c->heap)); /* an rdma_* heap */
+		rdmalloc_heap_dallocx(c->heap, p); /* an rdma_* heap */
 }
 
 PRELOAD_API void free(void *p)

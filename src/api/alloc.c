@@ -46,8 +46,8 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 		    rdmalloc_big_admit(rdmalloc_heap_big(h)))
 			p = rdmalloc_big_alloc(h, size, align, zero);
 		else
-			p = rdmalloc_mallocx(size ? size : 1, rdmalloc_heap_alloc_flags(h) |
-						      (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
+			p = rdmalloc_heap_mallocx(h, size ? size : 1,
+						  (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
 	} while (unlikely(!p) && --tries && rdmalloc_heaps_relieve());
 	start_reserve();
 	errno = likely(p != NULL) ? saved : ENOMEM;
@@ -73,7 +73,7 @@ static void release(struct rdmalloc_chunk *c, void *ptr, const char *who)
 	if (c->big)
 		rdmalloc_big_free(c, ptr, who);
 	else
-		rdmalloc_dallocx(ptr, rdmalloc_heap_free_flags(c->heap));
+		rdmalloc_heap_dallocx(c->heap, ptr);
 }
 
 static int bad_alignment(size_t alignment)
@@ -127,7 +127,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	int tries = 2;
 	do /* once more after memory pressure gave idle memory back */
 		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain)
-			   : rdmalloc_rallocx(ptr, size ? size : 1, rdmalloc_heap_alloc_flags(to));
+			   : rdmalloc_heap_rallocx(to, ptr, size ? size : 1);
 	while (unlikely(!q) && --tries && rdmalloc_heaps_relieve());
 	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;

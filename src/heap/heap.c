@@ -14,16 +14,30 @@
  * A cache id belongs to one heap generation (tc_owner); whoever destroys it
  * (the heap's destruction or the thread's exit) checks and clears that under
  * tc_mutex, so no id is destroyed twice or after reuse.
+ *
+ * Idle caches are flushed.  A cached block keeps its chunk registered, and
+ * jemalloc collects a cache's garbage only while its thread allocates: a
+ * thread that went quiet after a burst would keep a chunk pinned for every
+ * block its cache holds.  The background tick (heaps_tick) flushes the
+ * cache of a thread that has not used a heap for the heap's decay time.  The
+ * owner brackets every use of its cache (cache_enter/cache_leave: an odd
+ * sequence number while inside, then a check of the flush flag: plain
+ * stores and a compiler barrier); the tick raises the flag, makes every
+ * thread pass a full barrier (membarrier(2)), and flushes only a cache whose
+ * number is even and unchanged since it last looked.  Either the owner sees
+ * the flag and waits, or the tick sees it inside and leaves the cache.
  */
 #include "heap.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "big.h"
+#include "calls.h"
 #include "chunk.h"
 #include "hooks.h"
 #include "lock.h"
@@ -71,8 +85,22 @@ static pthread_key_t tc_key;
 struct tl_cache {
 	uint32_t gen;
 	int tcflag; /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
+	_Atomic unsigned seq; /* odd while the owner uses the cache */
+	_Atomic int flush;    /* the tick is flushing it: the owner waits */
 };
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
+
+/* Per cache id, under tc_mutex: its owner's entry (NULL: none) and its
+ * heap's decay time (-1: never flushed); the tick's own view of it. */
+static struct {
+	struct tl_cache *t;
+	long decay_ms;
+	unsigned seen;     /* seq at the tick that last saw it change */
+	uint64_t since_ns; /* when */
+	int flushed;       /* flushed since: nothing more to do */
+} tc_idle[TC_MAX];
+static unsigned tc_top; /* ids below it may be in use */
+static int tc_no_barrier; /* membarrier(2) failed: idle caches stay */
 
 struct rdmalloc_heap *rdmalloc_heap_of_hooks(void *hooks)
 {
@@ -200,6 +228,7 @@ static unsigned tcache_id(int tcflag)
 static void tcache_destroy_locked(unsigned tc)
 {
 	tc_owner[tc] = 0;
+	tc_idle[tc].t = NULL;
 	if (je_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc)))
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "tcache.destroy(%u) failed", tc);
 }
@@ -229,6 +258,13 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	if (je_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
 		if (tc < TC_MAX) {
 			tc_owner[tc] = h->gen;
+			tc_idle[tc].t = t;
+			tc_idle[tc].decay_ms = h->spec.gives_back ? h->decay_ms : -1;
+			tc_idle[tc].seen = atomic_load_explicit(&t->seq, memory_order_relaxed);
+			tc_idle[tc].since_ns = rdmalloc_now_ns();
+			tc_idle[tc].flushed = 0;
+			if (tc >= tc_top)
+				tc_top = tc + 1;
 			flag = MALLOCX_TCACHE(tc);
 		} else {
 			je_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
@@ -249,26 +285,117 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	return flag;
 }
 
-static inline int tcache_flag(struct rdmalloc_heap *h)
+/* The tick is flushing @t's cache: step out, wait, step in again. */
+static __attribute__((noinline)) void cache_wait(struct tl_cache *t)
+{
+	do {
+		unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
+		atomic_store_explicit(&t->seq, s + 1, memory_order_release);
+		while (atomic_load_explicit(&t->flush, memory_order_acquire))
+			sched_yield();
+		atomic_store_explicit(&t->seq, s + 2, memory_order_relaxed);
+		atomic_signal_fence(memory_order_seq_cst);
+	} while (atomic_load_explicit(&t->flush, memory_order_acquire));
+}
+
+/* The calling thread's cache of @h, entered: its MALLOCX_TCACHE flag. */
+static inline int cache_enter(struct rdmalloc_heap *h, struct tl_cache **tp)
 {
 	struct tl_cache *t = &tl[h->index];
-	if (likely(t->gen == h->gen))
-		return t->tcflag;
-	return tcache_slow(h, t);
+	*tp = t;
+	if (unlikely(t->gen != h->gen))
+		tcache_slow(h, t);
+	unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
+	atomic_store_explicit(&t->seq, s + 1, memory_order_relaxed);
+	/* The tick's membarrier(2) orders this store before the load below
+	 * on the CPU; the compiler must not reorder them either. */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (unlikely(atomic_load_explicit(&t->flush, memory_order_acquire)))
+		cache_wait(t);
+	return t->tcflag;
+}
+
+static inline void cache_leave(struct tl_cache *t)
+{
+	unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
+	atomic_store_explicit(&t->seq, s + 1, memory_order_release);
 }
 
 #ifdef RDMALLOC_MUTATION_SHARED_TCACHE /* test-only: jemalloc's shared cache */
-#define tcache_flag(h) ((void)(h), 0)
+#define cache_enter(h, tp) ((void)(h), *(tp) = &tl[0], 0)
+#define cache_leave(t) ((void)(t))
 #endif
 
-int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h)
+void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 {
-	return MALLOCX_ARENA(h->arenas[0]) | tcache_flag(h);
+	struct tl_cache *t;
+	flags |= MALLOCX_ARENA(h->arenas[0]) | cache_enter(h, &t);
+	void *p = rdmalloc_mallocx(size, flags);
+	cache_leave(t);
+	return p;
 }
 
-int rdmalloc_heap_free_flags(struct rdmalloc_heap *h)
+void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size)
 {
-	return tcache_flag(h);
+	struct tl_cache *t;
+	int flags = MALLOCX_ARENA(h->arenas[0]) | cache_enter(h, &t);
+	void *q = rdmalloc_rallocx(p, size, flags);
+	cache_leave(t);
+	return q;
+}
+
+void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p)
+{
+	struct tl_cache *t;
+	int flags = cache_enter(h, &t);
+	rdmalloc_dallocx(p, flags);
+	cache_leave(t);
+}
+
+RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
+{
+	if (tc_no_barrier)
+		return;
+	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
+	unsigned want = 0;
+	for (unsigned tc = 0; tc < tc_top; tc++) {
+		struct tl_cache *t = tc_idle[tc].t;
+		if (!t || tc_idle[tc].decay_ms < 0)
+			continue;
+		unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
+		if (s != tc_idle[tc].seen) { /* used since: idle from now */
+			tc_idle[tc].seen = s;
+			tc_idle[tc].since_ns = now;
+			tc_idle[tc].flushed = 0;
+		} else if (!(s & 1) && !tc_idle[tc].flushed &&
+			   now - tc_idle[tc].since_ns >= (uint64_t)tc_idle[tc].decay_ms * 1000000u) {
+			atomic_store_explicit(&t->flush, 1, memory_order_relaxed);
+			want++;
+		}
+	}
+	if (want) {
+		int e = rdmalloc_os_barrier_all_threads();
+		if (e) {
+			tc_no_barrier = 1;
+			STAT_INC(fallbacks);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN, "membarrier(2): %s: the caches of idle threads "
+					  "are not flushed (their blocks keep chunks registered)", strerror(e));
+		}
+		for (unsigned tc = 0; tc < tc_top; tc++) {
+			struct tl_cache *t = tc_idle[tc].t;
+			if (!t || !atomic_load_explicit(&t->flush, memory_order_relaxed))
+				continue;
+			if (!e && atomic_load_explicit(&t->seq, memory_order_acquire) == tc_idle[tc].seen) {
+				if (je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc)))
+					rdmalloc_log(RDMALLOC_LOG_ERROR, "tcache.flush(%u) failed", tc);
+				else
+					STAT_INC(idle_cache_flushes);
+				tc_idle[tc].flushed = 1;
+			}
+			atomic_store_explicit(&t->flush, 0, memory_order_release);
+		}
+	}
+	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 }
 
 /* A new arena for @h, with its hooks and settings (heap_mutex held):
@@ -379,7 +506,8 @@ out:
 /*
  * The background thread's tick (reserve.h): jemalloc's time-based decay of
  * every heap whose idle memory goes back (not ODP: jemalloc purges its
- * pages itself), then its big blocks kept past the decay time.  The next
+ * pages itself), then its big blocks kept past the decay time, then the
+ * thread caches idle for the decay time.  The next
  * tick in a tenth of the shortest decay time, at least 100 ms and at most
  * 1 s apart; 0 when no heap decays.
  */
@@ -400,6 +528,7 @@ static uint64_t heaps_tick(void)
 		rdmalloc_big_decay(h, now, 0);
 	}
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	rdmalloc_heap_flush_idle_caches(now);
 	if (shortest < 0)
 		return 0;
 	uint64_t period = (uint64_t)shortest * 100000u; /* a tenth, in ns */

@@ -72,11 +72,21 @@ struct rdmalloc_heap *rdmalloc_heap_live(const rdma_heap_t *heap);
 unsigned rdmalloc_heap_count(void);
 uint64_t rdmalloc_heap_live_bytes(void);
 
-/* The jemalloc flags for allocating from @h on this thread:
- * MALLOCX_ARENA(arena) | MALLOCX_TCACHE(this thread's cache for @h). */
-int rdmalloc_heap_alloc_flags(struct rdmalloc_heap *h);
-/* The flags for freeing or resizing memory of @h on this thread. */
-int rdmalloc_heap_free_flags(struct rdmalloc_heap *h);
+/*
+ * jemalloc's mallocx, rallocx and dallocx for memory of @h, through this
+ * thread's cache of @h (its arena, and the extra @flags: alignment, zero).
+ * The cache is flushed by the background tick once the thread has not
+ * used it for @h's decay time (heap.c).
+ */
+void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
+void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size);
+void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p);
+/*
+ * Flush the thread caches whose owners have not used them for their heap's
+ * decay time by @now (rdmalloc_now_ns()); safe while the owners run (heap.c
+ * says how).  The background tick calls it; no lock held.
+ */
+RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now);
 
 /*
  * The LD_PRELOAD drop-in's heap is served by jemalloc's automatic thread

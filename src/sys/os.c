@@ -4,7 +4,10 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "fault.h"
@@ -87,6 +90,24 @@ int rdmalloc_os_dontneed(void *p, size_t len)
 int rdmalloc_os_thp(void *p, size_t len)
 {
 	return madvise(p, len, MADV_HUGEPAGE) ? errno : 0;
+}
+
+static long membarrier(int cmd)
+{
+	return syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+int rdmalloc_os_barrier_all_threads(void)
+{
+	/* EPERM: not registered in this process (first use, or a fork child
+	 * whose kernel does not carry the registration over). */
+	for (int tries = 0; tries < 2; tries++) {
+		if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+			return 0;
+		if (errno != EPERM || membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0)
+			return errno;
+	}
+	return errno;
 }
 
 uint64_t rdmalloc_now_ns(void)

@@ -33,6 +33,13 @@ void rdmalloc_os_unmap(void *p, size_t len);
 int rdmalloc_os_dontneed(void *p, size_t len);
 /* Ask for transparent huge pages on [p, p+len) (MADV_HUGEPAGE): 0 or errno. */
 int rdmalloc_os_thp(void *p, size_t len);
+/*
+ * A full memory barrier on every running thread of the process
+ * (membarrier(2), private expedited; registered on first use, and again
+ * after a fork): the costly side of an asymmetric barrier whose cheap side
+ * is a compiler barrier.  0, or errno (ENOSYS, EINVAL: no such call here).
+ */
+int rdmalloc_os_barrier_all_threads(void);
 /* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */
 uint64_t rdmalloc_now_ns(void);
 

@@ -4,7 +4,9 @@
  * heaps while PDs are attached and detached, a thread of its own creates,
  * fills and destroys heaps, and idle chunks come and go (a heap with a 1 ms
  * decay, a thread of bursts freed and trimmed), checking the invariants after
- * every step, for a bounded time.  A plain program (not Criterion) so that it also runs under
+ * every step, for a bounded time, while another thread flushes every thread
+ * cache it sees unused between two looks (heap.c's idle flush, on a clock
+ * a second ahead each time).  A plain program (not Criterion) so that it also runs under
  * ThreadSanitizer.  Uses the fake verbs backend.
  *
  *   stress [SECONDS] [THREADS] [faults]      prints "N passed, M failed"
@@ -26,6 +28,7 @@
 
 #include "chunk.h"
 #include "fake_verbs.h"
+#include "heap.h"
 #include "reserve.h"
 #include "fault.h"
 #include "rdma_malloc.h"
@@ -212,6 +215,19 @@ static void *phaser(void *argp)
 	return NULL;
 }
 
+/* The idle-cache flush of the background tick, far more often. */
+static void *flusher(void *arg)
+{
+	atomic_int *stop = arg;
+	uint64_t clock = 0;
+	while (!atomic_load(stop)) {
+		rdmalloc_heap_flush_idle_caches(clock += 1000000000u);
+		struct timespec d = { 0, 200 * 1000 };
+		nanosleep(&d, NULL);
+	}
+	return NULL;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -255,9 +271,10 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, worker, &args[i]);
 	}
 	static atomic_int churn_stop;
-	pthread_t churn, phases;
+	pthread_t churn, phases, flush;
 	pthread_create(&churn, NULL, heap_churner, &churn_stop);
 	pthread_create(&phases, NULL, phaser, &churn_stop);
+	pthread_create(&flush, NULL, flusher, &churn_stop);
 	long attaches = 0, threads_spawned = 0;
 	double end = now() + seconds;
 	while (now() < end) {
@@ -282,6 +299,7 @@ int main(int argc, char **argv)
 	atomic_store(&churn_stop, 1);
 	pthread_join(churn, NULL);
 	pthread_join(phases, NULL);
+	pthread_join(flush, NULL);
 	unsigned long injected = 0;
 #ifdef RDMALLOC_FAULT_INJECTION
 	rdmalloc_fault_disarm_all();
@@ -305,12 +323,15 @@ int main(int argc, char **argv)
 	long v = atomic_load(&violations);
 	printf("stress: %.1f s, %d threads (+%ld short-lived, +1 heap churner), %ld operations, %ld PD "
 	       "attach/detach cycles, %ld heaps created and destroyed, %llu chunks given back and %llu taken "
-	       "back, %lu faults injected, %ld allocations failed cleanly, %ld invariant violations\n",
+	       "back, %llu idle caches flushed, %lu faults injected, %ld allocations failed cleanly, %ld invariant "
+	       "violations\n",
 	       seconds, nthreads, threads_spawned, atomic_load(&ops), attaches, atomic_load(&heap_cycles),
-	       (unsigned long long)st.chunks_given_back, (unsigned long long)st.chunks_taken_back, injected,
+	       (unsigned long long)st.chunks_given_back, (unsigned long long)st.chunks_taken_back,
+	       (unsigned long long)st.idle_cache_flushes, injected,
 	       atomic_load(&clean_failures), v);
-	if (!st.chunks_given_back || !st.chunks_taken_back) {
-		fprintf(stderr, "stress: no chunk was given back or taken back: those paths went untried\n");
+	if (!st.chunks_given_back || !st.chunks_taken_back || !st.idle_cache_flushes) {
+		fprintf(stderr, "stress: no chunk was given back or taken back, or no cache flushed: those paths "
+			"went untried\n");
 		failed++;
 	}
 	if (v)

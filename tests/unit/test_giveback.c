@@ -10,7 +10,9 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <errno.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +238,102 @@ Test(giveback, idle_program_gives_back)
 	cr_assert_leq(st.pinned_bytes, 16 * MiB, "%llu bytes still pinned for nothing live",
 		      (unsigned long long)st.pinned_bytes);
 	cr_assert_eq(st.reserve_chunks, 0, "the idle heap's reserve stayed");
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* A thread that goes quiet after a burst: the blocks its cache holds kept
+ * one chunk each registered (jemalloc collects a cache only while its
+ * thread allocates).  The tick flushes a cache idle for the decay time. */
+Test(giveback, idle_thread_cache_is_flushed)
+{
+	setenv("RDMALLOC_CHUNK_MAX", "2M", 1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
+	cr_assert(h);
+	enum { SZ = 512, PER_CHUNK = 2 * MiB / SZ, CHUNKS = 32, N = PER_CHUNK * CHUNKS };
+	void **b = calloc(N, sizeof(void *));
+	cr_assert(b);
+	for (int i = 0; i < N; i++) {
+		b[i] = rdma_heap_malloc(h, SZ);
+		cr_assert(b[i]);
+		memset(b[i], 0x5a, SZ);
+	}
+	/* Everything but one block per chunk's worth, then those: the cache
+	 * keeps the last ones freed, spread over the heap. */
+	for (int i = 0; i < N; i++)
+		if (i % PER_CHUNK)
+			rdma_free(b[i]);
+	for (int i = 0; i < N; i += PER_CHUNK)
+		rdma_free(b[i]);
+	free(b);
+	cr_assert_gt(stats().pinned_bytes, (CHUNKS / 2) * 2 * MiB);
+	for (int i = 0; i < 50 && stats().pinned_bytes > 8 * MiB; i++)
+		sleep_ms(100); /* no call into the library but the stats */
+	struct rdma_malloc_stats st = stats();
+	cr_assert_leq(st.pinned_bytes, 8 * MiB, "%llu bytes still pinned after 5 s idle for nothing live",
+		      (unsigned long long)st.pinned_bytes);
+	cr_assert_gt(st.idle_cache_flushes, 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* Threads allocate, check and free without pause while another flushes
+ * every cache it sees unused between two of its looks, for 3 s (a clock a
+ * second ahead each time; the tick's own flushes run too): flushes land between
+ * an owner's calls, and owners enter while a flush is under way.  Every
+ * block keeps its bytes, jemalloc survives.  Flushing without the
+ * handshake of heap.c (a cache in use) corrupts a cache within a second. */
+struct owner {
+	rdma_heap_t *h;
+	unsigned seed;
+	_Atomic int *stop;
+};
+
+static void *own_and_check(void *arg)
+{
+	struct owner *o = arg;
+	enum { LIVE = 16 };
+	unsigned char *b[LIVE];
+	size_t len[LIVE];
+	for (unsigned pass = 0; !atomic_load(o->stop); pass++) {
+		int tag = (int)(pass & 0xff);
+		for (int i = 0; i < LIVE; i++) {
+			len[i] = 16 + (size_t)(rand_r(&o->seed) % 2000);
+			b[i] = rdma_heap_malloc(o->h, len[i]);
+			cr_assert(b[i]);
+			memset(b[i], (i ^ tag) & 0xff, len[i]);
+		}
+		for (int i = 0; i < LIVE; i++) {
+			for (size_t k = 0; k < len[i]; k++)
+				if (b[i][k] != ((i ^ tag) & 0xff))
+					cr_assert_fail("byte %zu of block %d, pass %u: %#x", k, i, pass, b[i][k]);
+			rdma_free(b[i]);
+		}
+	}
+	return NULL;
+}
+
+Test(giveback, flushes_race_with_their_owners)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 1 });
+	cr_assert(h);
+	enum { T = 3 };
+	pthread_t th[T];
+	struct owner o[T];
+	_Atomic int stop = 0;
+	for (int i = 0; i < T; i++) {
+		o[i] = (struct owner){ h, 7u + (unsigned)i, &stop };
+		cr_assert_eq(pthread_create(&th[i], NULL, own_and_check, &o[i]), 0);
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	time_t end = ts.tv_sec + 3;
+	while (clock_gettime(CLOCK_MONOTONIC, &ts) == 0 && ts.tv_sec < end)
+		rdmalloc_heap_flush_idle_caches(now += 1000000000u);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < T; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_gt(stats().idle_cache_flushes, 50, "%llu flushes: the race was hardly run",
+		     (unsigned long long)stats().idle_cache_flushes);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
