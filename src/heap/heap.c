@@ -398,6 +398,25 @@ RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 }
 
+/* jemalloc's own retain_grow_limit (read when the first limit is set). */
+static size_t je_grow_limit;
+
+/*
+ * The growth step of @h's arenas (0: jemalloc's series).  auto: 2 MiB
+ * chunks where blocks of RDMALLOC_BIG_BLOCK or more are chunks of their own,
+ * so that jemalloc's chunks hold only smaller blocks and a chunk is pinned
+ * for little more than its live blocks; elsewhere (the drop-in's heap, ODP
+ * heaps, no big blocks) 2 MiB chunks would strand most of a chunk beside
+ * each block of 1-2 MiB: the series.  doc/design.md, "Why 2 MiB chunks".
+ */
+static size_t chunk_max_of(const struct rdmalloc_heap *h)
+{
+	size_t v = rdmalloc_opts.chunk_max;
+	if (v != RDMALLOC_CHUNK_MAX_AUTO)
+		return v;
+	return rdmalloc_opts.big_block && rdmalloc_heap_has_big(h) ? RDMALLOC_CHUNK_SMALL : 0;
+}
+
 /* A new arena for @h, with its hooks and settings (heap_mutex held):
  * 0, or -1 when jemalloc has no arena left. */
 static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
@@ -422,18 +441,21 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 #ifdef RDMALLOC_MUTATION_PURGE /* test-only: decommit freed pages at once */
 	dirty = muzzy = 0;
 #endif
-	size_t grow = rdmalloc_opts.chunk_max;
+	size_t grow = chunk_max_of(h);
 	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
 	if (rdmalloc_arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
 	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty))) ||
 	    (pinned && rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy))))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
-	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
+	size_t was = 0, sz_was = sizeof(was);
+	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", &was, &sz_was, &grow, sizeof(grow))) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
 				  "grow by jemalloc's default series", grow);
 	} else {
 		h->spec.grow_limit = grow; /* the reserve predicts the series it caps */
+		if (grow && !je_grow_limit)
+			je_grow_limit = was;
 	}
 	return 0;
 }
@@ -441,6 +463,16 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h)
 {
 	h->spec.auto_cache = 1;
+	/* No big blocks here (rdmalloc_heap_has_big): back to the series,
+	 * before the heap's first growth. */
+	if (h->spec.grow_limit && !chunk_max_of(h)) {
+		size_t dflt = je_grow_limit;
+		unsigned n = atomic_load_explicit(&h->narenas, memory_order_relaxed);
+		for (unsigned k = 0; k < n; k++)
+			if (rdmalloc_arena_ctl(h->arenas[k], "retain_grow_limit", NULL, NULL, &dflt, sizeof(dflt)))
+				rdmalloc_fatal("resetting retain_grow_limit of arena %u failed", h->arenas[k]);
+		h->spec.grow_limit = 0;
+	}
 	atomic_store_explicit(&h->auto_tcache, 1, memory_order_release);
 }
 

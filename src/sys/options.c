@@ -167,10 +167,15 @@ static int parse_device(const char *s, char (*out)[RDMALLOC_DEVICE_NAME_MAX])
 	return 0;
 }
 
-/* A growth step: 0 (jemalloc's series) or at least one 2 MiB granule. */
+/* A growth step: auto, 0 (jemalloc's series) or at least one 2 MiB
+ * granule. */
 static int parse_growth(const char *s, size_t *out)
 {
 	size_t v;
+	if (!strcasecmp(s, "auto")) {
+		*out = RDMALLOC_CHUNK_MAX_AUTO;
+		return 0;
+	}
 	if (rdmalloc_parse_size(s, &v) || (v != 0 && v < ((size_t)2 << 20)))
 		return -1;
 	*out = v;

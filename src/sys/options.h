@@ -27,8 +27,8 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "arenas of the drop-in's heap, 1-16 (0: one per online CPU, at most 16)") \
 	X(PRELOAD_REGISTER, preload_register, policy, "first-use",              \
 	  "when the drop-in's chunks are registered: first-use (when RDMA first needs them) or eager") \
-	X(CHUNK_MAX, chunk_max, growth, "2M",                                   \
-	  "largest step a heap grows by, 0 or >= 2M (0: jemalloc's series)")     \
+	X(CHUNK_MAX, chunk_max, growth, "auto",                                 \
+	  "largest step a heap grows by: auto, 0 or >= 2M (auto: 2M in heaps with big blocks, else 0; 0: jemalloc's series)") \
 	X(BIG_BLOCK, big_block, big, "64K",                                    \
 	  "the rdma_* heaps' blocks of this size or more are chunks of their own, 4K-1G (0: none)") \
 	X(MAX_REGISTERED, max_registered, size, "0",                             \
@@ -65,6 +65,10 @@ struct rdmalloc_options {
 /* RDMALLOC_PRELOAD_REGISTER */
 enum rdmalloc_preload_register { RDMALLOC_PRELOAD_FIRST_USE = 0, RDMALLOC_PRELOAD_EAGER };
 #define RDMALLOC_BIG_BLOCK_MIN ((size_t)4 << 10)
+/* RDMALLOC_CHUNK_MAX=auto: RDMALLOC_CHUNK_SMALL in a heap whose big blocks
+ * are chunks of their own, jemalloc's series elsewhere (heap.c). */
+#define RDMALLOC_CHUNK_MAX_AUTO SIZE_MAX
+#define RDMALLOC_CHUNK_SMALL ((size_t)2 << 20)
 #define RDMALLOC_BIG_BLOCK_MAX ((size_t)1 << 30)
 
 typedef const char *(*rdmalloc_getenv_fn)(const char *name);

@@ -251,3 +251,40 @@ Test(big, churn_of_new_sizes_goes_to_jemalloc)
 		rdma_free(grown[i]);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
+
+/* RDMALLOC_CHUNK_MAX=auto: where blocks of 64 KiB or more are chunks of
+ * their own, jemalloc's chunks (of smaller blocks) are 2 MiB each, so a few
+ * live blocks keep little pinned; without big blocks (the drop-in's heap,
+ * RDMALLOC_BIG_BLOCK=0) jemalloc's series, which leaves no chunk mostly
+ * empty beside a block of 1-2 MiB. */
+static size_t chunks_for_small_blocks(rdma_heap_t *h)
+{
+	struct rdma_malloc_stats st0 = stats();
+	enum { N = 96 * 1024 };
+	for (int i = 0; i < N; i++)
+		cr_assert(rdma_heap_malloc(h, 1024)); /* 96 MiB, kept: the heap goes */
+	struct rdma_malloc_stats st = stats();
+	cr_assert_geq(st.chunk_bytes - st0.chunk_bytes, 96 * MiB);
+	return st.chunks - st0.chunks;
+}
+
+Test(big, small_blocks_are_in_2m_chunks)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(h);
+	size_t n = chunks_for_small_blocks(h);
+	cr_assert_geq(n, 48, "96 MiB of 1 KiB blocks in %zu chunks: not 2 MiB ones", n);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+Test(big, without_big_blocks_chunks_follow_jemallocs_series, .init = NULL)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	setenv("RDMALLOC_DECAY_MS", "-1", 1);
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(h);
+	size_t n = chunks_for_small_blocks(h);
+	cr_assert_lt(n, 24, "96 MiB of 1 KiB blocks in %zu chunks: capped at 2 MiB without big blocks", n);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}

@@ -92,7 +92,7 @@ Test(options, defaults)
 	cr_assert_str_eq(o.device, "");
 	cr_assert_eq(o.access, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
 				       IBV_ACCESS_REMOTE_ATOMIC);
-	cr_assert_eq(o.chunk_max, 2u << 20);
+	cr_assert_eq(o.chunk_max, RDMALLOC_CHUNK_MAX_AUTO);
 	cr_assert_eq(o.max_registered, 0);
 	cr_assert_eq(o.stats, RDMALLOC_STATS_OFF);
 }
@@ -114,7 +114,7 @@ Test(options, bad_values_warn_and_keep_defaults, .init = cr_redirect_stderr)
 	cr_assert_eq(rdmalloc_options_parse(&o, bad_env), 3);
 	cr_assert_eq(o.access, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
 				       IBV_ACCESS_REMOTE_ATOMIC);
-	cr_assert_eq(o.chunk_max, 2u << 20);
+	cr_assert_eq(o.chunk_max, RDMALLOC_CHUNK_MAX_AUTO);
 	cr_assert_str_eq(o.device, "");
 	fflush(stderr);
 	cr_assert_stderr_eq_str(
@@ -123,8 +123,9 @@ Test(options, bad_values_warn_and_keep_defaults, .init = cr_redirect_stderr)
 		"port)); keeping the default \"\"\n"
 		"rdmalloc: warning: RDMALLOC_ACCESS=\"REMOTE_WRITE\" is not valid (access flags of the default "
 		"heap); keeping the default \"LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC\"\n"
-		"rdmalloc: warning: RDMALLOC_CHUNK_MAX=\"lots\" is not valid (largest step a heap grows by, 0 or "
-		">= 2M (0: jemalloc's series)); keeping the default \"2M\"\n");
+		"rdmalloc: warning: RDMALLOC_CHUNK_MAX=\"lots\" is not valid (largest step a heap grows by: "
+		"auto, 0 or >= 2M (auto: 2M in heaps with big blocks, else 0; 0: jemalloc's series)); keeping the "
+		"default \"auto\"\n");
 }
 
 Test(options, chunk_max_below_a_granule_is_refused, .init = cr_redirect_stderr)
@@ -134,7 +135,7 @@ Test(options, chunk_max_below_a_granule_is_refused, .init = cr_redirect_stderr)
 		setenv("RDMALLOC_CHUNK_MAX", bad[i], 1);
 		struct rdmalloc_options o;
 		cr_assert_eq(rdmalloc_options_parse(&o, (rdmalloc_getenv_fn)getenv), 1, "\"%s\" accepted", bad[i]);
-		cr_assert_eq(o.chunk_max, 2u << 20);
+		cr_assert_eq(o.chunk_max, RDMALLOC_CHUNK_MAX_AUTO);
 	}
 	/* And the library starts and grows by at most the limit. */
 	setenv("RDMALLOC_CHUNK_MAX", "2M", 1);
