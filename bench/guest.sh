@@ -33,6 +33,7 @@ if [ $mode = quick ]; then
 	msg_args=(--sizes 64,64K,1M --reps 2 --min-ms 20 --min-msgs 3)
 	alloc_reps=1 alloc_scale=0.01 alloc_workloads=(small large)
 	fp_live=32M fp_configs=(0:4k 0:huge)
+	fork_heap=64M fork_reps=3
 	phases_args=(--long 16M --burst 64M --phases 2)
 	startup_reps=3 startup_methods=exec,verbs,rdmalloc,rdmalloc-nodev
 	growth_reps=1 growth_args=(--total 48M)
@@ -41,6 +42,7 @@ else
 	msg_args=(--reps 5 --min-ms 100 --min-msgs 5)
 	alloc_reps=3 alloc_scale=0.06 alloc_workloads=(small mixed prodcons realloc large xthread)
 	fp_live=256M fp_configs=(0:4k 2M:4k 8M:4k 32M:4k 128M:4k 0:huge 8M:huge)
+	fork_heap=512M fork_reps=5
 	phases_args=(--long 64M --burst 384M --phases 3)
 	startup_reps=15 startup_methods=exec,malloc,devices,verbs,rdmalloc,rdmalloc-nodev
 	growth_reps=5 growth_args=(--total 256M)
@@ -62,6 +64,23 @@ for cfg in "${fp_configs[@]}"; do
 	run "footprint-guest-$c-$pm" footprint.csv env RDMALLOC_CHUNK_MAX=$c \
 		RDMALLOC_HUGEPAGES=$([ $pm = huge ] && echo 1 || echo 0) "$b/rdmalloc-bench-footprint" \
 		--header --env guest --live $fp_live --chunk-max $c --page-mode $pm
+done
+
+# fork(): plain, under the drop-in, and under the drop-in with every block's
+# keys looked up (registered: the kernel copies pinned pages), interleaved.
+echo "@@CSV fork.csv env,alloc,registered,heap_mib,rep,fork_ms,total_ms,vmpin_mib,rss_mib"
+fork_modes=(plain dropin registered)
+for rep in $(seq 1 $fork_reps); do
+	for i in 0 1 2; do
+		m=${fork_modes[$(((i + rep) % 3))]}
+		case $m in
+		plain) pre=() args=() ;;
+		dropin) pre=(LD_PRELOAD="$build/preload/librdmalloc-preload.so") args=(--alloc rdmalloc) ;;
+		registered) pre=(LD_PRELOAD="$build/preload/librdmalloc-preload.so") args=(--alloc rdmalloc --register) ;;
+		esac
+		run "fork-guest-$m" fork.csv env RDMALLOC_LOG_LEVEL=error "${pre[@]}" "$b/rdmalloc-bench-fork" \
+			--env guest --heap $fork_heap --reps 1 "${args[@]}"
+	done
 done
 
 # Phases: what is held after bursts, real registration; plain jemalloc's RSS beside it.
