@@ -6,7 +6,11 @@
  * A hot set of blocks of one size range is built, used and partly freed;
  * each phase moves it to another range (small objects, pages, message
  * buffers, large buffers) and another size, with a burst of short-lived
- * buffers on top and a shrink to a quarter every third phase.  After each
+ * buffers on top and a shrink to a quarter every third phase: the oldest
+ * blocks go, or with --scattered three in four across the hot set, which
+ * leaves a live block on nearly every page of small blocks (no allocator
+ * that keeps blocks in place gives such pages back: compare with plain
+ * jemalloc's RSS).  After each
  * phase the program makes no call into the allocator for --settle
  * (default: twice the decay time plus a second) and then reads one row:
  * what it asked for and holds (live), rdmalloc's pinned_bytes and
@@ -20,7 +24,7 @@
  * rdmalloc's RDMALLOC_DECAY_MS (set it; --decay-ms only sizes the wait).
  *
  *   rdmalloc-bench-service[-fake] [--phases 12] [--scale 1] [--decay-ms 1000]
- *       [--env LABEL] [--alloc LABEL] [--plain] [--header]
+ *       [--scattered] [--env LABEL] [--alloc LABEL] [--plain] [--header]
  */
 #include <time.h>
 
@@ -92,6 +96,7 @@ int main(int argc, char **argv)
 	long decay = (long)bench_opt_double(argc, argv, "--decay-ms", 1000);
 	long settle = (long)bench_opt_double(argc, argv, "--settle-ms", 2 * (double)decay + 1000);
 	bench_plain = bench_flag(argc, argv, "--plain");
+	int scattered = bench_flag(argc, argv, "--scattered");
 	env_label = bench_opt(argc, argv, "--env", backend);
 	alloc_label = bench_opt(argc, argv, "--alloc", bench_plain ? "plain" : "rdmalloc");
 	if (phases < 1 || scale <= 0 || decay < 0 || settle < 0)
@@ -140,11 +145,14 @@ int main(int argc, char **argv)
 		row(ph, "burst", s->what);
 		for (size_t i = 0; i < nb; i++)
 			bench_put(bp[i], bl[i]);
-		/* Every third phase the service shrinks to a quarter. */
+		/* Every third phase the service shrinks to a quarter: it
+		 * evicts the oldest three quarters of its hot set (a cache's
+		 * LRU, a server shedding old sessions), or with --scattered
+		 * three blocks in four across all of it. */
 		if (ph % 3 == 0) {
 			size_t keep = 0;
 			for (size_t i = 0; i < nhot; i++) {
-				if (i % 4) {
+				if (scattered ? i % 4 != 0 : i < nhot - nhot / 4) {
 					bench_put(hot[i], hot_len[i]);
 				} else {
 					hot[keep] = hot[i], hot_len[keep] = hot_len[i];
