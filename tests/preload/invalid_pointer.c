@@ -5,11 +5,15 @@
  * mmap) abort with a message
  * naming the call, as glibc's free() and rdma_free() do, instead of
  * crashing inside jemalloc or returning garbage (issue 10, item 8; commit
- * 0c281c6 died of SIGSEGV).  Each call runs in a child; prints one line per
- * case and "N passed, M failed".
+ * 0c281c6 died of SIGSEGV).  The same for a page mapped in the part of a
+ * 2 MiB granule past the end of a chunk that ends inside it (issue 23,
+ * item 3: the granule's byte said "ours" and free() crashed in jemalloc).
+ * Each call runs in a child; prints one line per case and "N passed, M
+ * failed".
  */
 #include <malloc.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +38,46 @@ static void call(int which, void *p)
 	}
 }
 
+#define GRANULE ((uintptr_t)2 << 20)
+
+/* A page mapped right after the end of the chunk of a large block, in the
+ * chunk's last granule (the chunk ends inside it); NULL if no size tried
+ * gave a chunk ending inside a granule. */
+static void *page_past_a_chunk(void)
+{
+	for (size_t mib = 3; mib < 40; mib++) {
+		char *p = malloc((mib << 20) + (100 << 10));
+		if (!p)
+			return NULL;
+		/* The chunk's mapping covers it whole: the first page after
+		 * the block that mmap can take is the chunk's end. */
+		uintptr_t last = (uintptr_t)p + malloc_usable_size(p) - 1;
+		for (uintptr_t a = (last | 4095) + 1; a < ((last | (GRANULE - 1)) + 1); a += 4096) {
+			void *m = mmap((void *)a, 4096, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+			if (m == (void *)a)
+				return m; /* p stays allocated: its chunk stays */
+			if (m != MAP_FAILED)
+				munmap(m, 4096);
+		}
+	}
+	return NULL;
+}
+
 int main(void)
 {
 	static const char *names[] = { "free", "realloc", "malloc_usable_size" };
 	char on_stack[64];
 	void *mapped = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	void *targets[] = { on_stack + 16, (char *)mapped + 64 };
-	const char *where[] = { "the stack", "an mmap" };
+	void *past = page_past_a_chunk();
+	void *targets[] = { on_stack + 16, (char *)mapped + 64, past };
+	const char *where[] = { "the stack", "an mmap", "an mmap in a chunk's last granule" };
 	int passed = 0, failed = 0;
-	for (int t = 0; t < 2; t++)
+	if (!past) {
+		printf("FAIL no chunk ended inside a granule: the case went untried\n");
+		failed++;
+	}
+	for (int t = 0; t < (past ? 3 : 2); t++)
 		for (int w = 0; w < 3; w++) {
 			int pfd[2];
 			if (pipe(pfd))
