@@ -175,10 +175,12 @@ __attribute__((unused)) static int ref_device(const char *s, char (*out)[RDMALLO
 	return 0;
 }
 
-/* A heap's growth step: 0 or at least one 2 MiB granule. */
+/* A heap's growth step: auto (any case), 0 or at least one 2 MiB granule. */
 __attribute__((unused)) static int ref_growth(const char *s, size_t *out)
 {
 	size_t v;
+	if (ci_eq(s, "auto"))
+		return *out = RDMALLOC_CHUNK_MAX_AUTO, 0;
 	if (ref_size(s, &v) || (v != 0 && v < ((size_t)2 << 20)))
 		return -1;
 	*out = v;
