@@ -184,6 +184,15 @@ size_t rdma_malloc_trim(void);
  * always on devices that refuse ibv_rereg_mr, such as rxe).  Do not
  * deregister it.  Where another thread may change the heap's access, use
  * rdma_malloc_keys(), which returns values, not a region.
+ *
+ * The rule for every key rdmalloc hands out (here, rdma_malloc_keys(), the
+ * drop-in's elided ibv_reg_mr): it stays valid until the program lets go
+ * of what it came from (frees the memory, detaches or deallocates the PD,
+ * deregisters the elided region) or is told at a defined point: an access
+ * change's callback (rdma_heap_set_access()).  Nothing else takes it away:
+ * the drop-in never detaches a PD on its own once keys of it were handed
+ * out, and refuses rdma_malloc_detach_pd() and rdma_heap_set_access() with
+ * EBUSY while elided regions carry the keys they would change.
  */
 struct ibv_mr *rdma_malloc_mr(const void *ptr, size_t len, struct ibv_pd *pd);
 
@@ -219,7 +228,10 @@ struct ibv_pd *rdma_malloc_default_pd(void);
  * All or nothing: when one registration fails, those already done for @pd
  * are undone.  At most RDMA_MALLOC_MAX_PDS PDs are attached at once.
  * Return: 0, EINVAL (@pd NULL), EEXIST (already attached), ENOSPC (too many
- * PDs), or the errno of the failed ibv_reg_mr().
+ * PDs), or the errno of the failed ibv_reg_mr().  Under the drop-in, 0 and
+ * EEXIST make @pd the program's: the drop-in's elision, which may have
+ * attached it, never detaches it (the program does, before
+ * ibv_dealloc_pd()).
  */
 int rdma_malloc_attach_pd(struct ibv_pd *pd);
 
@@ -233,9 +245,10 @@ int rdma_malloc_attach_pd(struct ibv_pd *pd);
  * so ibv_dealloc_pd(@pd) may follow at once.  The default PD may be
  * detached too; NULL-PD lookups then fail with ENODEV.
  * Return: 0, ENODEV (not attached), EBUSY (a memory window granted with
- * rdma_malloc_mw_grant() is bound on one of its regions: nothing is done;
- * free it first), or the errno of the first failed ibv_dereg_mr() (the PD
- * is detached all the same; the failure is counted).
+ * rdma_malloc_mw_grant() is bound on one of its regions, or, under the
+ * drop-in, an elided region of @pd is alive: nothing is done; free or
+ * deregister it first), or the errno of the first failed ibv_dereg_mr()
+ * (the PD is detached all the same; the failure is counted).
  */
 int rdma_malloc_detach_pd(struct ibv_pd *pd);
 
@@ -406,8 +419,10 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * Keys that change are reported through @cb (may be NULL) and bump the heap's
  * key generation (rdma_heap_key_generation()).  A region with a memory
  * window bound on it can be neither changed nor replaced: while any window
- * granted on the heap's memory is allocated, the call is refused with
- * EBUSY.  An RDMA_HEAP_MW_BIND heap keeps MW_BIND.
+ * granted on the heap's memory is allocated, or any chunk of the heap is
+ * pinned by an elided region of the drop-in (whose struct ibv_mr carries
+ * the keys), the call is refused with EBUSY.  An RDMA_HEAP_MW_BIND heap
+ * keeps MW_BIND.
  * An RDMA_HEAP_ODP_IMPLICIT heap never changes its shared region: its
  * chunks move to the implicit region of the new flags (new keys); asking
  * for RDMA_HEAP_SET_ACCESS_NEW_KEYS there is EOPNOTSUPP (the region is
@@ -417,7 +432,8 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * Return: 0; EINVAL (bad @heap, @access as for rdma_heap_create(), unknown
  * @flags, IBV_ACCESS_MW_BIND for an RDMA_HEAP_ODP_IMPLICIT heap); EPERM
  * (remote access for such a heap); EOPNOTSUPP (NEW_KEYS for such a heap);
- * EBUSY (a memory window is allocated on the heap's memory); ENOMEM (no
+ * EBUSY (a memory window is allocated on the heap's memory, or an elided
+ * region pins one of its chunks); ENOMEM (no
  * memory to record the key changes in; nothing is done); or
  * the errno of a failed registration: then the chunks already
  * changed are changed back (best effort; reported too) and the heap keeps

@@ -33,6 +33,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -63,7 +64,10 @@
  * up (the lowest free one), so it never issued this one and rejects it. */
 #define ELIDED_HANDLE UINT32_MAX
 
-enum record_state { RECORD_FREE = 0, RECORD_ELIDED, RECORD_BACKED };
+/* RECORD_ORPHAN: an elided region a fork child inherited; its keys were
+ * the parent's registration's, so the child's copy has none (0): its
+ * deregistration frees it, a re-registration elides it anew. */
+enum record_state { RECORD_FREE = 0, RECORD_ELIDED, RECORD_BACKED, RECORD_ORPHAN };
 
 struct elided {
 	struct ibv_mr mr; /* first: the program holds &e->mr */
@@ -72,7 +76,7 @@ struct elided {
 	 * type (IBV_MR_TYPE_MR, a plain region, is 0), the access flags. */
 	int mr_type;
 	int access;
-	struct rdmalloc_chunk *chunk; /* RECORD_ELIDED: pinned, never given back under it */
+	struct rdmalloc_chunk *chunk; /* RECORD_ELIDED, _ORPHAN: pinned, never given back under it */
 	struct ibv_mr *backing;       /* RECORD_BACKED: the registration of its own */
 	struct elided *next_free;
 	unsigned entry; /* RECORD_ELIDED: its PD's entry */
@@ -134,6 +138,10 @@ static void *real(const char *name, const char *version)
 
 /* ---- records ---- */
 
+static int pd_detach_busy(struct ibv_pd *pd);
+static void pd_adopted(struct ibv_pd *pd);
+static void fork_child(void);
+
 static struct elided *pool_base(void)
 {
 	struct elided *p = atomic_load_explicit(&pool, memory_order_acquire);
@@ -146,8 +154,16 @@ static struct elided *pool_base(void)
 	if (!atomic_compare_exchange_strong_explicit(&pool, &none, p, memory_order_acq_rel,
 						     memory_order_acquire)) {
 		rdmalloc_os_unmap(p, RDMALLOC_ELIDED_MAX * sizeof(*p));
-		p = none;
+		return none;
 	}
+	/* Before the first elided region exists (the pool comes first).
+	 * pthread_atfork runs child handlers in the order they were
+	 * registered: this one after the library's, whose locks are free
+	 * again by then. */
+	static const struct rdmalloc_pd_hooks pd_hooks = { pd_detach_busy, pd_adopted };
+	rdmalloc_pd_set_hooks(&pd_hooks);
+	if (pthread_atfork(NULL, NULL, fork_child))
+		rdmalloc_fatal("pthread_atfork failed");
 	return p;
 }
 
@@ -203,6 +219,27 @@ static void record_release(struct elided *e)
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 }
 
+/*
+ * In a fork child (one thread, every lock free): the parent's registrations
+ * are not the child's (it forgot them, src/api/fork.c), so neither are its
+ * elided regions' keys nor its PD entries.  Each elided region becomes an
+ * orphan with no keys, and no PD is elision's: the child's lookups,
+ * attaches and ibv_dealloc_pd see only what the child does.
+ */
+static void fork_child(void)
+{
+	struct elided *base = atomic_load_explicit(&pool, memory_order_relaxed);
+	uint64_t orphans = 0;
+	for (size_t k = 0; base && k < pool_top; k++)
+		if (base[k].state == RECORD_ELIDED) {
+			base[k].state = RECORD_ORPHAN;
+			base[k].mr.lkey = base[k].mr.rkey = 0;
+			orphans++;
+		}
+	memset(entries, 0, sizeof(entries));
+	STAT_SUB(elided_regions, orphans);
+}
+
 /* ---- PD entries (ELIDED lock held) ---- */
 
 static int entry_of(const struct ibv_pd *pd)
@@ -241,13 +278,42 @@ static struct ibv_pd *entry_drop(unsigned i)
 	return doomed;
 }
 
+/* ---- what the program's own attach and detach ask (PD lock held) ---- */
+
+/* rdma_malloc_detach_pd(@pd) would kill the keys of its elided regions:
+ * EBUSY while any is alive (their owner deregisters them first). */
+static int pd_detach_busy(struct ibv_pd *pd)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
+	int i = entry_of(pd);
+	int busy = i >= 0 && entries[i].live;
+	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
+	return busy ? EBUSY : 0;
+}
+
+/* The program attached @pd itself, or was told it is attached: it relies
+ * on the attachment, so elision never detaches it (no eviction; its
+ * ibv_dealloc_pd goes to libibverbs, after the program's detach). */
+static void pd_adopted(struct ibv_pd *pd)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
+	int i = entry_of(pd);
+	if (i >= 0) {
+		entries[i].ours = 0;
+		entries[i].doomed = 0;
+		entry_forget_if_unused(i);
+	}
+	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
+}
+
 /* ---- attaching and detaching the program's PDs (PD lock held) ---- */
 
 /* Detach @pd, which elision attached (its entry already cleared): 0, or
- * EBUSY when a memory window keeps it (nothing done). */
-static int detach_ours(struct ibv_pd *pd)
+ * EBUSY when a memory window keeps it (nothing done), or with @unused_only
+ * when a lookup handed out keys of it that the program may hold. */
+static int detach_ours(struct ibv_pd *pd, int unused_only)
 {
-	int err = rdmalloc_pd_detach_locked(pd);
+	int err = unused_only ? rdmalloc_pd_detach_unused_locked(pd) : rdmalloc_pd_detach_locked(pd);
 	if (err == EBUSY)
 		return EBUSY;
 	if (err && err != ENODEV) /* ENODEV: the program detached it itself */
@@ -274,9 +340,11 @@ static int evict_one(unsigned *tried)
 		if (v < 0)
 			return 0;
 		*tried |= 1u << v;
-		if (!detach_ours(was.pd))
+		if (!detach_ours(was.pd, 1))
 			return 1;
-		rdmalloc_lock(RDMALLOC_LOCK_ELIDED); /* a window on it: still attached, still ours */
+		/* A window on it, or keys of it handed out: still attached,
+		 * still ours. */
+		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 		entries[v] = was; /* nobody took it: entries are created under the PD lock */
 		rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 	}
@@ -306,7 +374,7 @@ static void detach_doomed(struct ibv_pd *doomed)
 	if (go)
 		entries[i] = (struct pd_entry){ 0 };
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
-	if (go && detach_ours(doomed) == EBUSY) {
+	if (go && detach_ours(doomed, 0) == EBUSY) {
 		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 		entries[i] = was;
 		rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
@@ -357,7 +425,7 @@ static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len
 /*
  * Make @e an elided region of @pd over [addr, addr+len) of chunk @c
  * (pinned by the caller) with @access: the chunk's keys, counted in @pd's
- * entry.  @e is a free record, or an elided one moving (its old entry's
+ * entry.  @e is a free record, an orphan, or an elided one moving (its old entry's
  * count moves with it; its old chunk stays pinned for the caller to unpin).
  * 0, or EACCES/ENODEV (not elidable), ENOSPC (no PD slot could be freed),
  * or the errno of a failed attach.  Takes the PD lock.
@@ -403,7 +471,7 @@ static int settle(struct elided *e, struct rdmalloc_chunk *c, struct ibv_pd *pd,
 		}
 		rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 		if (i < 0 && attached)
-			detach_ours(pd); /* no entry to remember it by: never leave it attached */
+			detach_ours(pd, 0); /* no entry to remember it by: never leave it attached */
 	}
 	rdmalloc_pd_unlock();
 	if (doomed)
@@ -498,10 +566,10 @@ PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
 	struct rdmalloc_chunk *c = e->chunk;
 	struct ibv_mr *backing = e->backing;
 	struct ibv_pd *doomed = NULL;
-	if (state == RECORD_ELIDED) {
+	if (state == RECORD_ELIDED)
 		doomed = entry_drop(e->entry);
+	if (state == RECORD_ELIDED || state == RECORD_ORPHAN)
 		record_put(e);
-	}
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
 	if (state == RECORD_FREE)
 		return EINVAL; /* deregistered already */
@@ -511,7 +579,8 @@ PRELOAD_API int ibv_dereg_mr(struct ibv_mr *mr)
 			record_release(e);
 		return err;
 	}
-	STAT_SUB(elided_regions, 1);
+	if (state == RECORD_ELIDED)
+		STAT_SUB(elided_regions, 1);
 	rdmalloc_chunk_unpin(c); /* its chunk may be given back now */
 	if (doomed)
 		detach_doomed(doomed);
@@ -562,11 +631,14 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 	size_t new_len = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? length : e->mr.length;
 	int new_access = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : e->access;
 	struct rdmalloc_chunk *old = e->chunk;
+	int orphan = state == RECORD_ORPHAN; /* counted in no entry, nor in elided_regions */
 	struct rdmalloc_chunk *c = eligible(new_pd, new_addr, new_len, (unsigned int)new_access);
 	int err = c ? settle(e, c, new_pd, new_addr, new_len, (unsigned int)new_access) : EACCES;
 	if (!err) {
 		rdmalloc_chunk_unpin(old);
 		STAT_INC(elided_rereg_in_place);
+		if (orphan)
+			STAT_INC(elided_regions);
 		return 0;
 	}
 	if (c)
@@ -581,13 +653,14 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 		return IBV_REREG_MR_ERR_CMD;
 	}
 	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
-	struct ibv_pd *doomed = entry_drop(e->entry);
+	struct ibv_pd *doomed = orphan ? NULL : entry_drop(e->entry);
 	e->chunk = NULL;
 	e->backing = own;
 	e->state = RECORD_BACKED;
 	mirror(e);
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
-	STAT_SUB(elided_regions, 1);
+	if (!orphan)
+		STAT_SUB(elided_regions, 1);
 	STAT_INC(elided_rereg_backed);
 	rdmalloc_chunk_unpin(old);
 	if (doomed)
@@ -615,7 +688,7 @@ static int release_pd(struct ibv_pd *pd)
 	else if (ours)
 		entries[i] = (struct pd_entry){ 0 };
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
-	if (ours && !busy && detach_ours(pd) == EBUSY) { /* a window on it */
+	if (ours && !busy && detach_ours(pd, 0) == EBUSY) { /* a window on it */
 		busy = 1;
 		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 		entries[i] = was;

@@ -45,7 +45,8 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 	*mr = atomic_load_explicit(&r->mr, memory_order_acquire);
 	if ((q & 1) || atomic_load_explicit(&r->seq, memory_order_relaxed) != q || owner != pd || !*mr)
 		return ENODEV;
-	return 0;
+	/* Handed out: the PD is no longer evicted under the program. */
+	return rdmalloc_pd_slot_hand_out((unsigned)(r - c->reg));
 }
 
 /*

@@ -18,6 +18,7 @@
 #include "verbs.h"
 
 static _Atomic(struct ibv_pd *) default_pd;
+static struct rdmalloc_pd_hooks hooks; /* set once, before any elided region exists */
 static struct ibv_pd *opened_pd; /* what we opened, attached or not */
 static char no_device_why[160];
 
@@ -87,18 +88,22 @@ RDMA_EXPORT struct ibv_pd *rdma_malloc_default_pd(void)
 	return pd;
 }
 
+void rdmalloc_pd_set_hooks(const struct rdmalloc_pd_hooks *h)
+{
+	rdmalloc_pd_lock();
+	hooks = *h;
+	rdmalloc_pd_unlock();
+}
+
 RDMA_EXPORT int rdma_malloc_attach_pd(struct ibv_pd *pd)
 {
 	if (!pd)
 		return EINVAL;
 	rdmalloc_init();
-	return rdmalloc_pd_attach(pd);
-}
-
-int rdmalloc_pd_attach(struct ibv_pd *pd)
-{
 	rdmalloc_pd_lock();
 	int err = rdmalloc_pd_attach_locked(pd);
+	if ((!err || err == EEXIST) && hooks.adopted)
+		hooks.adopted(pd);
 	rdmalloc_pd_unlock();
 	return err;
 }
@@ -116,20 +121,17 @@ RDMA_EXPORT int rdma_malloc_detach_pd(struct ibv_pd *pd)
 	if (!pd)
 		return ENODEV;
 	rdmalloc_init();
-	return rdmalloc_pd_detach(pd);
-}
-
-int rdmalloc_pd_detach(struct ibv_pd *pd)
-{
 	rdmalloc_pd_lock();
-	int err = rdmalloc_pd_detach_locked(pd);
+	int err = hooks.detach_busy ? hooks.detach_busy(pd) : 0;
+	if (!err)
+		err = rdmalloc_pd_detach_locked(pd);
 	rdmalloc_pd_unlock();
 	return err;
 }
 
-int rdmalloc_pd_detach_locked(struct ibv_pd *pd)
+static int detach_locked(struct ibv_pd *pd, int unused_only)
 {
-	int err = rdmalloc_chunks_detach(pd);
+	int err = unused_only ? rdmalloc_chunks_detach_unused(pd) : rdmalloc_chunks_detach(pd);
 	/* Only a detach that took the PD's index takes the default away: a
 	 * failed deregistration detaches all the same, EBUSY does not. */
 	int still = 0;
@@ -138,4 +140,14 @@ int rdmalloc_pd_detach_locked(struct ibv_pd *pd)
 	if (!still && pd == rdmalloc_pd_default())
 		atomic_store_explicit(&default_pd, NULL, memory_order_release);
 	return err;
+}
+
+int rdmalloc_pd_detach_locked(struct ibv_pd *pd)
+{
+	return detach_locked(pd, 0);
+}
+
+int rdmalloc_pd_detach_unused_locked(struct ibv_pd *pd)
+{
+	return detach_locked(pd, 1);
 }

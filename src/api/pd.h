@@ -12,17 +12,31 @@ struct ibv_pd *rdmalloc_pd_default(void);
 unsigned rdmalloc_pd_count(void);
 /* Whether @pd is attached (a lock-free read). */
 int rdmalloc_pd_attached(const struct ibv_pd *pd);
-/* rdma_malloc_attach_pd / rdma_malloc_detach_pd of a non-NULL @pd, for an
- * initialised library (the drop-in's elision). */
-int rdmalloc_pd_attach(struct ibv_pd *pd);
-int rdmalloc_pd_detach(struct ibv_pd *pd);
-/* The same with the PD lock held by the caller (the drop-in's elision,
- * which decides and attaches or detaches in one critical section). */
+/* Attach or detach with the PD lock held by the caller (the drop-in's
+ * elision, which decides and attaches or detaches in one critical
+ * section). */
 int rdmalloc_pd_attach_locked(struct ibv_pd *pd);
 int rdmalloc_pd_detach_locked(struct ibv_pd *pd);
 /* The outer lock serialising attach, detach and heap destruction. */
 void rdmalloc_pd_lock(void);
 void rdmalloc_pd_unlock(void);
+/* Detach @pd, which nobody asked to attach (the drop-in's elision did, and
+ * evicts it for a free index): rdmalloc_chunks_detach_unused.  PD lock
+ * held. */
+int rdmalloc_pd_detach_unused_locked(struct ibv_pd *pd);
+/*
+ * What the drop-in's elision says about the program's own attach and
+ * detach (both called with the PD lock held; they may take inner locks):
+ * detach_busy: an errno (EBUSY: elided regions of @pd are alive, whose
+ * keys the detach would kill) to refuse rdma_malloc_detach_pd(@pd) with,
+ * or 0; adopted: the program attached @pd, or was told it is attached
+ * (EEXIST): elision must never detach it.
+ */
+struct rdmalloc_pd_hooks {
+	int (*detach_busy)(struct ibv_pd *pd);
+	void (*adopted)(struct ibv_pd *pd);
+};
+void rdmalloc_pd_set_hooks(const struct rdmalloc_pd_hooks *hooks);
 /* In a fork child: the default PD is the parent's (fork.c). */
 void rdmalloc_pd_forget(void);
 

@@ -128,8 +128,10 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	}
 	/* A region with a window on it cannot be deregistered (IBA
 	 * 10.6.7.2.6), nor changed in place; the window's owner frees it
-	 * first. */
-	if (rdmalloc_chunks_have_windows(h)) {
+	 * first.  Nor may the keys of a chunk change under the drop-in's
+	 * elided regions, which the program holds as struct ibv_mr with
+	 * those keys: their owner deregisters them first. */
+	if (rdmalloc_chunks_pinned(h)) {
 		rdmalloc_pd_unlock();
 		return EBUSY;
 	}

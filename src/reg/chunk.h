@@ -4,6 +4,7 @@
 #ifndef RDMALLOC_CHUNK_H
 #define RDMALLOC_CHUNK_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,6 +272,39 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd);
  * failed deregistration (the PD is detached all the same).  The caller
  * holds the PD lock. */
 int rdmalloc_chunks_detach(struct ibv_pd *pd);
+/*
+ * The same for a PD whose attachment nobody asked for (the drop-in's
+ * elision attached it, and evicts it for a free index): EBUSY, nothing
+ * done, when a lookup has handed out keys or a region of it since it was
+ * attached (rdmalloc_pd_slot_hand_out), which the program may still hold.
+ */
+int rdmalloc_chunks_detach_unused(struct ibv_pd *pd);
+
+/*
+ * Each PD index's use (rdmalloc_pd_slot_use): RDMALLOC_SLOT_HANDED once a
+ * lookup has handed out keys of it, RDMALLOC_SLOT_CLOSING while
+ * rdmalloc_chunks_detach_unused decides.  Zero when the index is attached.
+ */
+#define RDMALLOC_SLOT_HANDED 1u
+#define RDMALLOC_SLOT_CLOSING 2u
+extern _Atomic unsigned rdmalloc_pd_slot_use[RDMA_MALLOC_MAX_PDS];
+
+/*
+ * A lookup is about to hand out keys of PD index @s: 0, or ENODEV when an
+ * eviction of that PD is under way (its keys would die).  The first
+ * hand-out of an index is a read-modify-write against the evictor's, so
+ * either the evictor sees HANDED or this sees CLOSING; after that, one load.
+ */
+static inline int rdmalloc_pd_slot_hand_out(unsigned s)
+{
+	unsigned u = atomic_load_explicit(&rdmalloc_pd_slot_use[s], memory_order_relaxed);
+	if (__builtin_expect(u == RDMALLOC_SLOT_HANDED, 1))
+		return 0;
+	if (!(u & RDMALLOC_SLOT_HANDED))
+		u = atomic_fetch_or_explicit(&rdmalloc_pd_slot_use[s], RDMALLOC_SLOT_HANDED, memory_order_seq_cst);
+	return u & RDMALLOC_SLOT_CLOSING ? ENODEV : 0;
+}
+
 /* Whether a memory window is allocated on a region of @heap (PD lock). */
 int rdmalloc_chunks_have_windows(const struct rdmalloc_heap *heap);
 /* Whether a chunk of @heap is pinned (a window, or an elided region of the

@@ -30,6 +30,7 @@ static unsigned pds_filling;              /* indexes an attach is filling */
 static int attach_closing;                 /* an attach finishes: creators wait (rdmalloc_chunks_attach) */
 static unsigned long reg_gen;             /* bumped when the PD table or a heap's access changes */
 static unsigned pd_users[RDMA_MALLOC_MAX_PDS]; /* creators that may register with PD i */
+_Atomic unsigned rdmalloc_pd_slot_use[RDMA_MALLOC_MAX_PDS]; /* chunk.h: HANDED, CLOSING */
 
 struct ibv_pd *rdmalloc_pd_at(unsigned i)
 {
@@ -239,6 +240,7 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 	for (;;) {
 		struct rdmalloc_chunk *c = next_registered((unsigned)s, pd, 0);
 		if (!c) {
+			atomic_store_explicit(&rdmalloc_pd_slot_use[s], 0, memory_order_relaxed);
 			atomic_store_explicit(&pds[s], pd, memory_order_release);
 			pds_filling &= ~(1u << s);
 			reg_gen++;
@@ -265,7 +267,7 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 	}
 }
 
-int rdmalloc_chunks_detach(struct ibv_pd *pd)
+static int detach(struct ibv_pd *pd, int unused_only)
 {
 	rdmalloc_chunk_lock();
 	int s = -1;
@@ -281,6 +283,14 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 			rdmalloc_chunk_unlock();
 			return EBUSY;
 		}
+	/* From here lookups of it answer ENODEV (rdmalloc_pd_slot_hand_out),
+	 * unless one handed out keys first: then it stays. */
+	if (unused_only && (atomic_fetch_or_explicit(&rdmalloc_pd_slot_use[s], RDMALLOC_SLOT_CLOSING,
+						     memory_order_seq_cst) & RDMALLOC_SLOT_HANDED)) {
+		atomic_fetch_and_explicit(&rdmalloc_pd_slot_use[s], ~RDMALLOC_SLOT_CLOSING, memory_order_relaxed);
+		rdmalloc_chunk_unlock();
+		return EBUSY;
+	}
 	atomic_store_explicit(&pds[s], NULL, memory_order_release);
 	reg_gen++;
 	/* Creators that saw the PD register again without it (reg_gen), and
@@ -288,6 +298,16 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 	int first = let_go_of((unsigned)s, pd);
 	rdmalloc_chunk_unlock();
 	return first;
+}
+
+int rdmalloc_chunks_detach(struct ibv_pd *pd)
+{
+	return detach(pd, 0);
+}
+
+int rdmalloc_chunks_detach_unused(struct ibv_pd *pd)
+{
+	return detach(pd, 1);
 }
 
 int rdmalloc_chunks_have_windows(const struct rdmalloc_heap *heap)

@@ -5,7 +5,8 @@
  * (librdmalloc-preload-fake.so, tests/preload/fake_dropin.c), whose
  * stand-ins answer what elide.c hands on to libibverbs.  PDs are the
  * program's own structs: the fake backend registers chunks with any.
- *   elide_scale CASE    (rereg, dealloc, evict, slots, scale, threads)
+ *   elide_scale CASE    (rereg, dealloc, evict, slots, scale, threads,
+ *                        detach, adopt, handed, fork)
  * Prints ok/FAIL lines; exit 0 when every check passed.
  */
 #include <dlfcn.h>
@@ -16,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fake_dropin.h"
 #include "fake_verbs.h"
@@ -49,6 +52,9 @@ static int (*keys_of)(const void *, size_t, struct ibv_pd *, uint32_t *, uint32_
 static struct ibv_mr *(*mr_of)(const void *, size_t, struct ibv_pd *);
 static fake_dropin_passed_live_fn passed_live;
 static fake_dropin_deallocs_fn deallocs;
+static fake_dropin_dealloc_calls_fn dealloc_calls;
+static int (*attach_pd)(struct ibv_pd *);
+static int (*detach_pd)(struct ibv_pd *);
 static const struct fake_mr_info *(*chunk_reg)(struct ibv_pd *, const void *);
 
 static void *need(const char *name)
@@ -80,11 +86,14 @@ static struct ibv_pd *new_pd(void)
 }
 
 /* Whether @mr is an elided region: its keys are its chunk's with its PD. */
+/* Whether @mr is elided: the keys of its chunk's registration with @pd, as
+ * the backend has them.  Not through rdma_malloc_keys, which would hand
+ * keys of @pd out to the program (and keep elision from ever evicting it). */
 static int elided(const struct ibv_mr *mr, struct ibv_pd *pd)
 {
-	uint32_t l, r;
-	return mr && mr->lkey < FAKE_DROPIN_KEY_BASE && !keys_of(mr->addr, mr->length, pd, &l, &r) &&
-	       l == mr->lkey && r == mr->rkey && mr->pd == pd;
+	const struct fake_mr_info *f = mr ? chunk_reg(pd, mr->addr) : NULL;
+	return mr && mr->lkey < FAKE_DROPIN_KEY_BASE && f && f->mr->lkey == mr->lkey && f->mr->rkey == mr->rkey &&
+	       mr->pd == pd;
 }
 
 static double now(void)
@@ -424,6 +433,119 @@ static void case_threads(void)
 	      (unsigned long long)stats().elided_pds_detached);
 }
 
+/* ---- keys handed out stay valid until the program lets go (issue 23, item 1) ---- */
+
+/* The program's own detach of a PD whose elided regions are alive would
+ * kill the keys they carry: EBUSY, whoever attached the PD, until the last
+ * of them is deregistered. */
+static void case_detach(void)
+{
+	char *buf = malloc(MiB);
+	struct ibv_pd *p = new_pd(), *q = new_pd();
+	struct ibv_mr *mp = ibv_reg_mr(p, buf, 100, ACC); /* elision attaches p */
+	CHECK(elided(mp, p), "elided with a PD elision attached");
+	int r = detach_pd(p);
+	CHECK(r == EBUSY && chunk_reg(p, buf) && elided(mp, p),
+	      "rdma_malloc_detach_pd with a live elided region: EBUSY (%d), the keys stay", r);
+	CHECK(attach_pd(q) == 0, "the program attaches another PD itself");
+	struct ibv_mr *mq = ibv_reg_mr(q, buf + 4096, 100, ACC);
+	CHECK(elided(mq, q), "elided with it");
+	r = detach_pd(q);
+	CHECK(r == EBUSY && elided(mq, q), "its detach with a live elided region: EBUSY (%d)", r);
+	CHECK(ibv_dereg_mr(mp) == 0 && ibv_dereg_mr(mq) == 0, "both regions deregistered");
+	CHECK(detach_pd(q) == 0 && !chunk_reg(q, buf), "then the detach goes through");
+	CHECK(detach_pd(p) == 0 && !chunk_reg(p, buf), "and for the PD elision attached too");
+	free(buf);
+}
+
+/* Elision's eviction of idle PDs it attached, under pressure for PD slots
+ * (8 of them): @p, idle, must survive when the program relies on it.
+ * Whether it did, its registration and keys unchanged. */
+static int survives_eviction(struct ibv_pd *p, char *buf)
+{
+	const struct fake_mr_info *before = chunk_reg(p, buf);
+	struct ibv_mr *was = before ? before->mr : NULL;
+	uint32_t lkey = was ? was->lkey : 0;
+	for (int i = 0; i < 2 * RDMA_MALLOC_MAX_PDS; i++) {
+		struct ibv_pd *q = new_pd(); /* leaked: evictable */
+		struct ibv_mr *mr = ibv_reg_mr(q, buf + 64 * (i + 1), 64, ACC);
+		if (mr)
+			ibv_dereg_mr(mr);
+	}
+	const struct fake_mr_info *after = chunk_reg(p, buf);
+	return was && after && after->mr == was && after->mr->lkey == lkey;
+}
+
+/* rdma_malloc_attach_pd(p) answered EEXIST: the program counts on p being
+ * attached; elision, which attached it, never detaches it. */
+static void case_adopt(void)
+{
+	char *buf = malloc(MiB);
+	struct ibv_pd *p = new_pd();
+	struct ibv_mr *mr = ibv_reg_mr(p, buf, 64, ACC);
+	CHECK(mr && mr->lkey < FAKE_DROPIN_KEY_BASE && ibv_dereg_mr(mr) == 0, "elided once, deregistered: p idle");
+	int r = attach_pd(p);
+	CHECK(r == EEXIST, "rdma_malloc_attach_pd(p): EEXIST (%d)", r);
+	CHECK(survives_eviction(p, buf), "p is not evicted when 16 more PDs need slots");
+	CHECK(detach_pd(p) == 0, "the program detaches it itself");
+	free(buf);
+}
+
+/* rdma_malloc_keys(buf, p) handed keys out: they stay valid; elision never
+ * evicts p under the program. */
+static void case_handed(void)
+{
+	char *buf = malloc(MiB);
+	struct ibv_pd *p = new_pd();
+	struct ibv_mr *mr = ibv_reg_mr(p, buf, 64, ACC);
+	CHECK(mr && mr->lkey < FAKE_DROPIN_KEY_BASE && ibv_dereg_mr(mr) == 0, "elided once, deregistered: p idle");
+	uint32_t l = 0, rk = 0;
+	CHECK(keys_of(buf, 64, p, &l, &rk) == 0, "rdma_malloc_keys(buf, p) hands out keys");
+	CHECK(survives_eviction(p, buf), "p is not evicted when 16 more PDs need slots");
+	uint32_t l2 = 0, r2 = 0;
+	CHECK(keys_of(buf, 64, p, &l2, &r2) == 0 && l2 == l && r2 == rk, "the keys handed out still answer");
+	CHECK(ibv_dealloc_pd(p) == 0, "the program lets go of p: ibv_dealloc_pd detaches it");
+	free(buf);
+}
+
+/* A fork child does not inherit elision's view: its copy of an elided
+ * region has no keys (they were the parent's registration's), its
+ * ibv_dealloc_pd is the child's business (not refused for the parent's
+ * regions), deregistering the copy works; the parent is untouched. */
+static void case_fork(void)
+{
+	char *buf = malloc(MiB);
+	struct ibv_pd *p = new_pd();
+	struct ibv_mr *mr = ibv_reg_mr(p, buf, 100, ACC);
+	CHECK(elided(mr, p), "elided in the parent");
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
+	pid_t pid = fork();
+	if (pid == 0) {
+		unsigned long calls = dealloc_calls();
+		int bad = 0;
+		if (mr->lkey || mr->rkey) {
+			printf("FAIL the child's copy of the region kept the parent's keys %#x/%#x\n", mr->lkey, mr->rkey);
+			bad = 1;
+		}
+		int r = ibv_dealloc_pd(p);
+		if (dealloc_calls() != calls + 1) {
+			printf("FAIL the child's ibv_dealloc_pd was refused by the parent's regions (%d)\n", r);
+			bad = 1;
+		}
+		if (ibv_dereg_mr(mr) != 0) {
+			printf("FAIL the child's ibv_dereg_mr of its copy\n");
+			bad = 1;
+		}
+		_exit(bad);
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child: no keys on its copy, its own dealloc, its own dereg");
+	CHECK(elided(mr, p) && mr->lkey == lkey && mr->rkey == rkey, "the parent's region unchanged");
+	CHECK(ibv_dereg_mr(mr) == 0, "and deregistered by the parent");
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -432,6 +554,9 @@ int main(int argc, char **argv)
 	mr_of = need("rdma_malloc_mr");
 	passed_live = (fake_dropin_passed_live_fn)need("fake_dropin_passed_live");
 	deallocs = (fake_dropin_deallocs_fn)need("fake_dropin_deallocs");
+	dealloc_calls = (fake_dropin_dealloc_calls_fn)need("fake_dropin_dealloc_calls");
+	attach_pd = need("rdma_malloc_attach_pd");
+	detach_pd = need("rdma_malloc_detach_pd");
 	chunk_reg = need("fake_find");
 	static const struct {
 		const char *name;
@@ -439,6 +564,8 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "rereg", case_rereg },   { "dealloc", case_dealloc }, { "evict", case_evict },
 		{ "slots", case_slots },   { "scale", case_scale },     { "threads", case_threads },
+		{ "detach", case_detach }, { "adopt", case_adopt },     { "handed", case_handed },
+		{ "fork", case_fork },
 	};
 	const char *want = argc > 1 ? argv[1] : "";
 	int ran = 0;

@@ -30,7 +30,7 @@
 static pthread_mutex_t passed_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_mr *passed[PASSED_MAX];
 static uint32_t passed_keys = FAKE_DROPIN_KEY_BASE;
-static unsigned long deallocs;
+static unsigned long deallocs, dealloc_calls;
 
 static struct ibv_mr *passed_reg_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 				       unsigned int access)
@@ -121,6 +121,7 @@ static int passed_dealloc_pd(struct ibv_pd *pd)
 {
 	static struct fake_mr_info snap[FAKE_MAX_MRS];
 	pthread_mutex_lock(&passed_mu);
+	dealloc_calls++;
 	int busy = 0;
 	for (int i = 0; i < PASSED_MAX; i++)
 		busy |= passed[i] && passed[i]->pd == pd;
@@ -141,6 +142,14 @@ size_t fake_dropin_passed_live(void)
 	pthread_mutex_lock(&passed_mu);
 	for (int i = 0; i < PASSED_MAX; i++)
 		n += passed[i] != NULL;
+	pthread_mutex_unlock(&passed_mu);
+	return n;
+}
+
+unsigned long fake_dropin_dealloc_calls(void)
+{
+	pthread_mutex_lock(&passed_mu);
+	unsigned long n = dealloc_calls;
 	pthread_mutex_unlock(&passed_mu);
 	return n;
 }

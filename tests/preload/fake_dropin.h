@@ -18,5 +18,7 @@
 typedef size_t (*fake_dropin_passed_live_fn)(void);
 /* PDs the stand-in of ibv_dealloc_pd deallocated. */
 typedef unsigned long (*fake_dropin_deallocs_fn)(void);
+/* Calls that reached the stand-in of ibv_dealloc_pd, busy or not. */
+typedef unsigned long (*fake_dropin_dealloc_calls_fn)(void);
 
 #endif

@@ -451,6 +451,32 @@ Test(giveback, pin_keeps_chunk_and_heap)
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
+/* An access change would give a pinned chunk new keys (with NEW_KEYS, or
+ * a device that cannot re-register in place), under the drop-in's elided
+ * region that carries the old ones: refused with EBUSY while a chunk of the
+ * heap is pinned, as while a window is allocated (issue 23, item 1). */
+Test(giveback, access_change_refused_while_pinned)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	char *buf = rdma_heap_malloc(h, 3 * MiB);
+	cr_assert(buf);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(buf);
+	cr_assert(c);
+	uint32_t lkey0 = 0;
+	cr_assert_eq(rdma_malloc_keys(buf, 64, NULL, &lkey0, NULL), 0);
+	cr_assert_eq(rdmalloc_chunk_pin(c), 0);
+	int r = rdma_heap_set_access(h, LW | RR, RDMA_HEAP_SET_ACCESS_NEW_KEYS, NULL, NULL);
+	uint32_t lkey1 = 0;
+	cr_assert_eq(rdma_malloc_keys(buf, 64, NULL, &lkey1, NULL), 0);
+	cr_assert_eq(r, EBUSY, "access change under a pinned chunk: %d, keys %#x -> %#x", r, lkey0, lkey1);
+	cr_assert_eq(lkey1, lkey0);
+	rdmalloc_chunk_unpin(c);
+	cr_assert_eq(rdma_heap_set_access(h, LW | RR, RDMA_HEAP_SET_ACCESS_NEW_KEYS, NULL, NULL), 0);
+	rdma_free(buf);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
 /* Memory pressure: under RDMALLOC_MAX_REGISTERED, phases whose sizes
  * differ each time (so that jemalloc cannot reuse the last phase's
  * extents as they are) keep working with live memory under the limit:
