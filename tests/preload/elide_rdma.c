@@ -7,7 +7,10 @@
  * ibv_dereg_mr, bypassing the drop-in, cannot take an elided region's
  * chunk registration away; a PD is detached with its last elided region
  * (the kernel then deallocates it); leaked PDs make way, and when every
- * slot is held by a busy PD the next registration goes to the kernel.
+ * slot is held by a busy PD the next registration goes to the kernel; no
+ * key of an elided region dies under it (the PD's detach is refused while
+ * the region lives), and once the program let go, the old rkey moves no
+ * byte (issue 23, item 1).
  * Run with a drop-in heap that peers may write:
  *   RDMALLOC_PRELOAD_ACCESS=LOCAL_WRITE,REMOTE_WRITE \
  *   LD_PRELOAD=build/preload/librdmalloc-preload.so elide_rdma
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "rdma_env.h"
 #include "rdma_malloc.h"
@@ -81,6 +85,14 @@ static int elided(const struct ibv_mr *mr, struct ibv_pd *pd)
 	return mr && !rdma_malloc_keys(mr->addr, mr->length, pd, &l, &r) && l == mr->lkey && r == mr->rkey;
 }
 
+/* Elided, told without a key lookup (which hands keys of the PD out to the
+ * program: elision would never evict it): the record's handle, one the
+ * kernel never issues. */
+static int elided_handle(const struct ibv_mr *mr)
+{
+	return mr && mr->handle == UINT32_MAX;
+}
+
 static void rereg_moves_bytes(void)
 {
 	uint8_t *src = malloc(512 * KiB), *dst = malloc(512 * KiB);
@@ -137,7 +149,7 @@ static void pd_detached_with_last_region(void)
 	struct ibv_pd *pd = ibv_alloc_pd(pair.ctx);
 	struct rdma_malloc_stats s0 = stats();
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 64 * KiB, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(elided(mr, pd) && stats().pds == s0.pds + 1, "a new PD's registration elided, the PD attached");
+	CHECK(elided_handle(mr) && stats().pds == s0.pds + 1, "a new PD's registration elided, the PD attached");
 	int r = ibv_dealloc_pd(pd);
 	CHECK(r == EBUSY, "ibv_dealloc_pd with its region alive: EBUSY (%d)", r);
 	CHECK(mr && ibv_dereg_mr(mr) == 0, "its last region deregistered");
@@ -160,7 +172,7 @@ static void ninth_pd(void)
 	for (int i = 0; i < LEAKED; i++) {
 		leaked[i] = ibv_alloc_pd(pair.ctx);
 		struct ibv_mr *mr = ibv_reg_mr(leaked[i], buf, 4 * KiB, IBV_ACCESS_LOCAL_WRITE);
-		ok += elided(mr, leaked[i]);
+		ok += elided_handle(mr);
 		if (mr)
 			ibv_dereg_mr(mr);
 	}
@@ -175,7 +187,7 @@ static void ninth_pd(void)
 	for (int i = 0; i <= room; i++) {
 		busy[i] = ibv_alloc_pd(pair.ctx);
 		mr[i] = ibv_reg_mr(busy[i], buf + i * 64, 64, IBV_ACCESS_LOCAL_WRITE);
-		held += i < room && elided(mr[i], busy[i]);
+		held += i < room && elided_handle(mr[i]);
 	}
 	struct rdma_malloc_stats s2 = stats();
 	CHECK(held == room && s2.pds == RDMA_MALLOC_MAX_PDS, "%d PDs with a live region each elided (pds %llu)", held,
@@ -194,6 +206,44 @@ static void ninth_pd(void)
 	free(buf);
 }
 
+/* A key handed out stays valid until the program lets go of what it came
+ * from: the detach of the PD under a live elided region is refused and the
+ * region's rkey still moves every byte; once the region is deregistered
+ * and the PD detached, its old rkey moves none. */
+static void stale_key_refused(void)
+{
+	uint8_t *dst = malloc(64 * KiB);
+	uint8_t *src = mmap(NULL, 64 * KiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *md = ibv_reg_mr(pair.pd, dst, 64 * KiB, ACC);
+	struct ibv_mr *ms = src != MAP_FAILED ? ibv_reg_mr(pair.pd, src, 64 * KiB, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	CHECK(elided_handle(md) && ms && !elided_handle(ms), "a malloc'ed buffer's region elided, an mmap's the kernel's");
+	if (!md || !ms)
+		return;
+	uint32_t rkey = md->rkey;
+	int r = rdma_malloc_detach_pd(pair.pd);
+	CHECK(r == EBUSY, "rdma_malloc_detach_pd under a live elided region: EBUSY (%d)", r);
+	const char *why = write_and_check(src, ms->lkey, dst, rkey, 64 * KiB, 7);
+	CHECK(!why, "its rkey still moves every byte%s%s", why ? ": " : "", why ? why : "");
+	CHECK(ibv_dereg_mr(md) == 0, "the program lets go of the region");
+	r = rdma_malloc_detach_pd(pair.pd);
+	CHECK(r == 0, "and detaches the PD (%d)", r);
+	memset(dst, 0xa5, 64 * KiB);
+	e2e_fill(src, 64 * KiB, 8);
+	int st = e2e_post_write(&pair, src, 64 * KiB, ms->lkey, (uintptr_t)dst, rkey, 8);
+	if (!st)
+		st = e2e_wait(&pair, 0, NULL, E2E_WC_TIMEOUT_MS);
+	size_t moved = 0;
+	for (size_t i = 0; i < 64 * KiB; i++)
+		moved += dst[i] != 0xa5;
+	CHECK(st != 0 && !moved, "an RDMA WRITE with the old rkey fails (%s) and moves no byte (%zu moved)",
+	      e2e_status_str(st), moved);
+	if (st)
+		e2e_pair_reset(&pair);
+	ibv_dereg_mr(ms);
+	munmap(src, 64 * KiB);
+	free(dst);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -209,6 +259,7 @@ int main(void)
 	rereg_moves_bytes();
 	pd_detached_with_last_region();
 	ninth_pd();
+	stale_key_refused(); /* last: it detaches the pair's PD */
 	e2e_pair_close(&pair);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
