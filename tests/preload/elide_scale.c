@@ -478,12 +478,20 @@ static int survives_eviction(struct ibv_pd *p, char *buf)
 
 /* rdma_malloc_attach_pd(p) answered EEXIST: the program counts on p being
  * attached; elision, which attached it, never detaches it. */
-static void case_adopt(void)
+/* A new PD that elision attached for one region of @buf, deregistered
+ * since: idle, evictable. */
+static struct ibv_pd *idle_pd_of_elision(char *buf)
 {
-	char *buf = malloc(MiB);
 	struct ibv_pd *p = new_pd();
 	struct ibv_mr *mr = ibv_reg_mr(p, buf, 64, ACC);
 	CHECK(mr && mr->lkey < FAKE_DROPIN_KEY_BASE && ibv_dereg_mr(mr) == 0, "elided once, deregistered: p idle");
+	return p;
+}
+
+static void case_adopt(void)
+{
+	char *buf = malloc(MiB);
+	struct ibv_pd *p = idle_pd_of_elision(buf);
 	int r = attach_pd(p);
 	CHECK(r == EEXIST, "rdma_malloc_attach_pd(p): EEXIST (%d)", r);
 	CHECK(survives_eviction(p, buf), "p is not evicted when 16 more PDs need slots");
@@ -496,9 +504,7 @@ static void case_adopt(void)
 static void case_handed(void)
 {
 	char *buf = malloc(MiB);
-	struct ibv_pd *p = new_pd();
-	struct ibv_mr *mr = ibv_reg_mr(p, buf, 64, ACC);
-	CHECK(mr && mr->lkey < FAKE_DROPIN_KEY_BASE && ibv_dereg_mr(mr) == 0, "elided once, deregistered: p idle");
+	struct ibv_pd *p = idle_pd_of_elision(buf);
 	uint32_t l = 0, rk = 0;
 	CHECK(keys_of(buf, 64, p, &l, &rk) == 0, "rdma_malloc_keys(buf, p) hands out keys");
 	CHECK(survives_eviction(p, buf), "p is not evicted when 16 more PDs need slots");

@@ -432,15 +432,24 @@ Test(giveback, window_pins_its_chunk, .init = NULL)
  * ibv_reg_mr): not given back with its memory freed, and its heap's
  * destruction is refused with EBUSY until it is unpinned (before, a later
  * unpin touched a recycled descriptor). */
-Test(giveback, pin_keeps_chunk_and_heap)
+/* A heap with one 3 MiB block *@buf, whose chunk *@c is pinned. */
+static rdma_heap_t *heap_with_pinned_block(char **buf, struct rdmalloc_chunk **c)
 {
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(h);
-	char *buf = rdma_heap_malloc(h, 3 * MiB);
-	cr_assert(buf);
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(buf);
-	cr_assert(c);
-	cr_assert_eq(rdmalloc_chunk_pin(c), 0);
+	*buf = rdma_heap_malloc(h, 3 * MiB);
+	cr_assert(*buf);
+	*c = rdmalloc_addrmap_find(*buf);
+	cr_assert(*c);
+	cr_assert_eq(rdmalloc_chunk_pin(*c), 0);
+	return h;
+}
+
+Test(giveback, pin_keeps_chunk_and_heap)
+{
+	char *buf;
+	struct rdmalloc_chunk *c;
+	rdma_heap_t *h = heap_with_pinned_block(&buf, &c);
 	rdma_free(buf);
 	rdma_malloc_trim();
 	cr_assert(fake_find(fake_pd(0), buf), "a pinned chunk was given back");
@@ -457,15 +466,11 @@ Test(giveback, pin_keeps_chunk_and_heap)
  * heap is pinned, as while a window is allocated (issue 23, item 1). */
 Test(giveback, access_change_refused_while_pinned)
 {
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	char *buf = rdma_heap_malloc(h, 3 * MiB);
-	cr_assert(buf);
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(buf);
-	cr_assert(c);
+	char *buf;
+	struct rdmalloc_chunk *c;
+	rdma_heap_t *h = heap_with_pinned_block(&buf, &c);
 	uint32_t lkey0 = 0;
 	cr_assert_eq(rdma_malloc_keys(buf, 64, NULL, &lkey0, NULL), 0);
-	cr_assert_eq(rdmalloc_chunk_pin(c), 0);
 	int r = rdma_heap_set_access(h, LW | RR, RDMA_HEAP_SET_ACCESS_NEW_KEYS, NULL, NULL);
 	uint32_t lkey1 = 0;
 	cr_assert_eq(rdma_malloc_keys(buf, 64, NULL, &lkey1, NULL), 0);
