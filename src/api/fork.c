@@ -69,6 +69,7 @@ static void outer_child(void)
 	rdmalloc_pd_forget();
 	rdmalloc_chunks_forget_registrations();
 	rdmalloc_mw_forget();
+	rdmalloc_heap_fork_child();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);

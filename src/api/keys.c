@@ -37,6 +37,9 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 	int err = rdmalloc_lookup(ptr, len, pd, &c, &r);
 	if (err)
 		return err;
+	/* The PD index's use before the keys (chunk.h): if its PD goes
+	 * after we read them, the hand-out below sees it. */
+	unsigned s = (unsigned)(r - c->reg), use = rdmalloc_pd_slot_peek(s);
 	/* Acquires, so that the second read of the sequence sees a change
 	 * whose stores any of them saw (region.c: change_begin). */
 	unsigned q = atomic_load_explicit(&r->seq, memory_order_acquire);
@@ -46,7 +49,7 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 	if ((q & 1) || atomic_load_explicit(&r->seq, memory_order_relaxed) != q || owner != pd || !*mr)
 		return ENODEV;
 	/* Handed out: the PD is no longer evicted under the program. */
-	return rdmalloc_pd_slot_hand_out((unsigned)(r - c->reg));
+	return rdmalloc_pd_slot_hand_out(s, use);
 }
 
 /*

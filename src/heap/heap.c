@@ -352,6 +352,24 @@ void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p)
 	cache_leave(t);
 }
 
+void rdmalloc_heap_fork_child(void)
+{
+	/* jemalloc's arena_postfork_child rebuilds each arena's list of
+	 * caches with the forking thread's automatic cache alone: an explicit
+	 * cache made before the fork is off that list but keeps its links, so
+	 * flushing or destroying it would write through them into the
+	 * parent's other threads' caches (in TLS the child may have unmapped,
+	 * or given to a new thread).  The child forgets every such cache, the
+	 * others' and this thread's alike: they are never flushed or
+	 * destroyed here (their ids and blocks are lost to the child), and
+	 * this thread makes new ones at its next use. */
+	memset(tc_owner, 0, sizeof(tc_owner));
+	memset(tc_idle, 0, sizeof(tc_idle));
+	tc_top = 0;
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
+		tl[i].gen = 0;
+}
+
 RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
 {
 	if (tc_no_barrier)

@@ -87,6 +87,10 @@ void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p);
  * says how).  The background tick calls it; no lock held.
  */
 RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now);
+/* In a fork child, no lock taken: forget every cache made before the fork
+ * (jemalloc cannot flush or destroy those in a child, heap.c says why);
+ * the child's threads make new ones. */
+void rdmalloc_heap_fork_child(void);
 
 /*
  * The LD_PRELOAD drop-in's heap is served by jemalloc's automatic thread

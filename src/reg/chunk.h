@@ -281,28 +281,41 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd);
 int rdmalloc_chunks_detach_unused(struct ibv_pd *pd);
 
 /*
- * Each PD index's use (rdmalloc_pd_slot_use): RDMALLOC_SLOT_HANDED once a
- * lookup has handed out keys of it, RDMALLOC_SLOT_CLOSING while
- * rdmalloc_chunks_detach_unused decides.  Zero when the index is attached.
+ * Each PD index's use (rdmalloc_pd_slot_use): a generation, bumped when a
+ * PD is attached at the index, above two bits: RDMALLOC_SLOT_HANDED once a
+ * lookup handed out keys of it, RDMALLOC_SLOT_CLOSING once
+ * rdmalloc_chunks_detach_unused detaches it.  Each bit is set only by a
+ * compare-and-swap from neither, so at most one is ever set: either the
+ * evictor finds HANDED and leaves the PD, or the lookup finds CLOSING (or
+ * another generation: the PD it read went meanwhile) and answers ENODEV.
  */
 #define RDMALLOC_SLOT_HANDED 1u
 #define RDMALLOC_SLOT_CLOSING 2u
+#define RDMALLOC_SLOT_BITS 3u
 extern _Atomic unsigned rdmalloc_pd_slot_use[RDMA_MALLOC_MAX_PDS];
 
-/*
- * A lookup is about to hand out keys of PD index @s: 0, or ENODEV when an
- * eviction of that PD is under way (its keys would die).  The first
- * hand-out of an index is a read-modify-write against the evictor's, so
- * either the evictor sees HANDED or this sees CLOSING; after that, one load.
- */
-static inline int rdmalloc_pd_slot_hand_out(unsigned s)
+/* The use of PD index @s, read by a lookup before it reads the keys. */
+static inline unsigned rdmalloc_pd_slot_peek(unsigned s)
 {
-	unsigned u = atomic_load_explicit(&rdmalloc_pd_slot_use[s], memory_order_relaxed);
-	if (__builtin_expect(u == RDMALLOC_SLOT_HANDED, 1))
+	return atomic_load_explicit(&rdmalloc_pd_slot_use[s], memory_order_acquire);
+}
+
+/*
+ * A lookup hands out keys it read of PD index @s, whose use was @u before
+ * it read them: 0, or ENODEV when that PD is being evicted or went (its
+ * keys would die under the program).  One compare once HANDED is set.
+ */
+static inline int rdmalloc_pd_slot_hand_out(unsigned s, unsigned u)
+{
+	if (__builtin_expect((u & RDMALLOC_SLOT_BITS) == RDMALLOC_SLOT_HANDED, 1))
 		return 0;
-	if (!(u & RDMALLOC_SLOT_HANDED))
-		u = atomic_fetch_or_explicit(&rdmalloc_pd_slot_use[s], RDMALLOC_SLOT_HANDED, memory_order_seq_cst);
-	return u & RDMALLOC_SLOT_CLOSING ? ENODEV : 0;
+	if (u & RDMALLOC_SLOT_CLOSING)
+		return ENODEV;
+	unsigned want = u | RDMALLOC_SLOT_HANDED;
+	if (atomic_compare_exchange_strong_explicit(&rdmalloc_pd_slot_use[s], &u, want, memory_order_seq_cst,
+						    memory_order_seq_cst))
+		return 0;
+	return u == want ? 0 : ENODEV; /* another lookup of the same PD set it */
 }
 
 /* Whether a memory window is allocated on a region of @heap (PD lock). */

@@ -240,7 +240,9 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 	for (;;) {
 		struct rdmalloc_chunk *c = next_registered((unsigned)s, pd, 0);
 		if (!c) {
-			atomic_store_explicit(&rdmalloc_pd_slot_use[s], 0, memory_order_relaxed);
+			unsigned gen = (atomic_load_explicit(&rdmalloc_pd_slot_use[s], memory_order_relaxed) |
+					RDMALLOC_SLOT_BITS) + 1;
+			atomic_store_explicit(&rdmalloc_pd_slot_use[s], gen, memory_order_seq_cst);
 			atomic_store_explicit(&pds[s], pd, memory_order_release);
 			pds_filling &= ~(1u << s);
 			reg_gen++;
@@ -285,11 +287,16 @@ static int detach(struct ibv_pd *pd, int unused_only)
 		}
 	/* From here lookups of it answer ENODEV (rdmalloc_pd_slot_hand_out),
 	 * unless one handed out keys first: then it stays. */
-	if (unused_only && (atomic_fetch_or_explicit(&rdmalloc_pd_slot_use[s], RDMALLOC_SLOT_CLOSING,
-						     memory_order_seq_cst) & RDMALLOC_SLOT_HANDED)) {
-		atomic_fetch_and_explicit(&rdmalloc_pd_slot_use[s], ~RDMALLOC_SLOT_CLOSING, memory_order_relaxed);
-		rdmalloc_chunk_unlock();
-		return EBUSY;
+	if (unused_only) {
+		unsigned u = atomic_load_explicit(&rdmalloc_pd_slot_use[s], memory_order_relaxed);
+		do {
+			if (u & RDMALLOC_SLOT_HANDED) {
+				rdmalloc_chunk_unlock();
+				return EBUSY;
+			}
+		} while (!atomic_compare_exchange_weak_explicit(&rdmalloc_pd_slot_use[s], &u,
+								u | RDMALLOC_SLOT_CLOSING, memory_order_seq_cst,
+								memory_order_relaxed));
 	}
 	atomic_store_explicit(&pds[s], NULL, memory_order_release);
 	reg_gen++;

@@ -6,13 +6,14 @@
  * stand-ins answer what elide.c hands on to libibverbs.  PDs are the
  * program's own structs: the fake backend registers chunks with any.
  *   elide_scale CASE    (rereg, dealloc, evict, slots, scale, threads,
- *                        detach, adopt, handed, fork)
+ *                        detach, adopt, handed, fork, lookups)
  * Prints ok/FAIL lines; exit 0 when every check passed.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,6 +515,57 @@ static void case_handed(void)
 	free(buf);
 }
 
+/* Lookups of a PD whose keys were handed out, from one thread, while
+ * another's registrations with ever new PDs keep elision evicting: the PD
+ * stays attached throughout, so no lookup may fail (in an eager rdma_*
+ * heap nothing retries an ENODEV).  Before, each eviction that tried it
+ * and backed off made its lookups fail meanwhile (found in review). */
+static char *lk_buf;
+static struct ibv_pd *lk_pd;
+static _Atomic int lk_stop;
+static unsigned long lk_ok, lk_failed;
+
+static void *look_up_keys(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&lk_stop)) {
+		uint32_t l, r;
+		if (keys_of(lk_buf, 64, lk_pd, &l, &r))
+			lk_failed++;
+		else
+			lk_ok++;
+	}
+	return NULL;
+}
+
+static void case_lookups(void)
+{
+	rdma_heap_t *(*heap_create)(const struct rdma_heap_attr *) = need("rdma_heap_create");
+	void *(*heap_malloc)(rdma_heap_t *, size_t) = need("rdma_heap_malloc");
+	rdma_heap_t *h = heap_create(&(struct rdma_heap_attr){ .access = ACC });
+	lk_buf = h ? heap_malloc(h, 4096) : NULL;
+	char *other = malloc(MiB);
+	lk_pd = idle_pd_of_elision(lk_buf);
+	uint32_t l, r;
+	CHECK(keys_of(lk_buf, 64, lk_pd, &l, &r) == 0, "keys of p handed out");
+	pthread_t t;
+	pthread_create(&t, NULL, look_up_keys, NULL);
+	double end = now() + 2;
+	unsigned long regs = 0;
+	while (now() < end) {
+		struct ibv_mr *m = ibv_reg_mr(new_pd(), other, 64, ACC); /* leaked PDs: evictions */
+		if (m)
+			ibv_dereg_mr(m);
+		regs++;
+	}
+	atomic_store(&lk_stop, 1);
+	pthread_join(t, NULL);
+	CHECK(!lk_failed && lk_ok, "lookups of p, attached throughout: %lu ok, %lu failed, during %lu registrations "
+	      "with new PDs", lk_ok, lk_failed, regs);
+	CHECK(chunk_reg(lk_pd, lk_buf) != NULL, "p still attached");
+	free(other);
+}
+
 /* A fork child does not inherit elision's view: its copy of an elided
  * region has no keys (they were the parent's registration's), its
  * ibv_dealloc_pd is the child's business (not refused for the parent's
@@ -571,7 +623,7 @@ int main(int argc, char **argv)
 		{ "rereg", case_rereg },   { "dealloc", case_dealloc }, { "evict", case_evict },
 		{ "slots", case_slots },   { "scale", case_scale },     { "threads", case_threads },
 		{ "detach", case_detach }, { "adopt", case_adopt },     { "handed", case_handed },
-		{ "fork", case_fork },
+		{ "fork", case_fork },     { "lookups", case_lookups },
 	};
 	const char *want = argc > 1 ? argv[1] : "";
 	int ran = 0;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -335,6 +336,78 @@ Test(giveback, flushes_race_with_their_owners)
 	cr_assert_gt(stats().idle_cache_flushes, 50, "%llu flushes: the race was hardly run",
 		     (unsigned long long)stats().idle_cache_flushes);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* A fork child has one thread.  The idle-cache table still named the
+ * others' caches, in their TLS, which glibc unmaps with their stacks once
+ * the child's own threads come and go: the child's tick read unmapped
+ * memory (SIGSEGV; found in review).  And jemalloc cannot flush or destroy
+ * a cache made before the fork in the child (it unlinks it through links
+ * into those same dead threads' caches): the child's tick, a thread's exit
+ * and the heap's destruction all did.  Now the child forgets those caches
+ * and makes new ones. */
+enum { FORK_THREADS = 8 };
+static rdma_heap_t *fork_heap;
+static pthread_barrier_t fork_up, fork_down;
+
+static void *use_then_wait(void *arg)
+{
+	(void)arg;
+	rdma_free(rdma_heap_malloc(fork_heap, 64)); /* this thread's cache of the heap */
+	pthread_barrier_wait(&fork_up);
+	pthread_barrier_wait(&fork_down); /* alive across the fork */
+	return NULL;
+}
+
+static void *nothing(void *arg)
+{
+	return arg;
+}
+
+static void *use_and_exit(void *arg)
+{
+	rdma_free(rdma_heap_malloc(fork_heap, 64));
+	return arg;
+}
+
+Test(giveback, fork_child_forgets_other_threads_caches)
+{
+	fork_heap = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
+	cr_assert(fork_heap);
+	pthread_barrier_init(&fork_up, NULL, FORK_THREADS + 1);
+	pthread_barrier_init(&fork_down, NULL, FORK_THREADS + 1);
+	pthread_t th[FORK_THREADS];
+	for (int i = 0; i < FORK_THREADS; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, use_then_wait, NULL), 0);
+	pthread_barrier_wait(&fork_up);
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* 8 dead threads' stacks (8 MiB each) are over glibc's 40 MiB
+		 * cache: a thread created and joined makes it unmap some. */
+		for (int i = 0; i < 2; i++) {
+			pthread_t t;
+			if (pthread_create(&t, NULL, nothing, NULL) == 0)
+				pthread_join(t, NULL);
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		rdmalloc_heap_flush_idle_caches(now); /* what the child's tick does */
+		rdmalloc_heap_flush_idle_caches(now + 10000000000u);
+		rdma_free(rdma_heap_malloc(fork_heap, 64)); /* the child's own cache works */
+		pthread_t t;
+		if (pthread_create(&t, NULL, use_and_exit, NULL) == 0) /* its exit destroys its cache */
+			pthread_join(t, NULL);
+		_exit(rdma_heap_destroy(fork_heap)); /* destroys the child's caches of the heap */
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	pthread_barrier_wait(&fork_down);
+	for (int i = 0; i < FORK_THREADS; i++)
+		pthread_join(th[i], NULL);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child: %s %d",
+		  WIFSIGNALED(st) ? "killed by signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	cr_assert_eq(rdma_heap_destroy(fork_heap), 0);
 }
 
 /* decay_ms -1: nothing is given back until rdma_malloc_trim(). */
