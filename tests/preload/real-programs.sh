@@ -15,7 +15,8 @@
 # Prints ok/FAIL/SKIP per check and "N passed, M failed" last.
 # REAL_PROGRAMS_BIG=1 adds a python3 that builds about 300 MB of objects;
 # REAL_PROGRAMS_UNREGISTERED=1 requires the drop-in's stats to show chunks
-# left unregistered (issue 22: runs under a pinning limit).
+# left unregistered by processes that had the device open (issue 22: runs
+# under a pinning limit, as a user who must be able to open it).
 set -uo pipefail
 
 lib=$(readlink -f "${1:?usage: real-programs.sh PRELOAD_LIB MT_CXX_PROGRAM}")
@@ -69,10 +70,15 @@ check() {
 	procs=$(grep -c '^{"version": ' "$d/pre.err")
 	chunks=$(grep -o '"chunks": [0-9]*' "$d/pre.err" | awk '{s += $2} END {print s + 0}')
 	((procs > 0 && chunks > 0)) || why+=("no sign of rdmalloc in the run with the drop-in")
-	local unreg
+	local unreg pds
 	unreg=$(grep -o '"unregistered_chunks": [0-9]*' "$d/pre.err" | awk '{s += $2} END {print s + 0}')
 	[ "${REAL_PROGRAMS_UNREGISTERED:-0}" = 0 ] || ((unreg > 0)) ||
 		why+=("the stats show no chunk left unregistered")
+	# ...by a process that had the device open (its default PD attached):
+	# without one every chunk is unregistered and nothing was tried.
+	pds=$(grep -o '"pds": [0-9]*' "$d/pre.err" | awk '$2 > m {m = $2} END {print m + 0}')
+	[ "${REAL_PROGRAMS_UNREGISTERED:-0}" = 0 ] || ((pds > 0)) ||
+		why+=("no process under the drop-in had the device open (pds 0)")
 	! grep -q '^{"version": ' "$d/ref.err" || why+=("the reference run had rdmalloc loaded")
 	if grep -q '^rdmalloc: ' "$d/pre.err"; then
 		why+=("rdmalloc printed errors")
