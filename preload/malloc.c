@@ -67,10 +67,12 @@ struct rdmalloc_heap *rdmalloc_preload_heap(void)
 __attribute__((constructor(101))) static void preload_init(void)
 {
 	rdmalloc_init();
-	/* No flags, and access flags the option parser has already checked:
-	 * nothing of rdma_heap_create()'s checks applies. */
+	/* Access flags the option parser has already checked: nothing of
+	 * rdma_heap_create()'s checks applies.  Its memory is in automatic
+	 * caches: never to be destroyed. */
 	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access, 0, rdmalloc_opts.decay_ms, &err);
+	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access, RDMALLOC_HEAP_AUTO_CACHE,
+						       rdmalloc_opts.decay_ms, &err);
 	if (!h) {
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot create the LD_PRELOAD heap: %s; "
 			     "this program's mallocs get unregistered memory", strerror(err));
@@ -84,8 +86,6 @@ __attribute__((constructor(101))) static void preload_init(void)
 											  : RDMALLOC_REG_FIRST_USE);
 	pheap = h;
 	parena = rdmalloc_heap_arena_at(pheap, 0);
-	/* Its memory is in automatic caches: never to be destroyed. */
-	rdmalloc_heap_set_auto_tcache(pheap);
 	/* Threads are bound round-robin to several arenas, as jemalloc does
 	 * with its own (in one arena they would contend on its locks and
 	 * interleave their extents, so that realloc could rarely grow in

@@ -54,7 +54,7 @@ struct rdmalloc_heap {
 	unsigned index; /* in heaps[] and heap_store[] */
 	long decay_ms;  /* jemalloc's dirty_decay_ms of its arenas (-1: never) */
 	uint32_t gen; /* unique per heap lifetime, never 0 */
-	_Atomic int auto_tcache; /* rdmalloc_heap_set_auto_tcache */
+	_Atomic int auto_tcache; /* RDMALLOC_HEAP_AUTO_CACHE */
 	/* arenas[0] from creation (mallocx's arena); more from
 	 * rdmalloc_heap_add_arenas (heap_mutex) */
 	_Atomic unsigned narenas;
@@ -416,9 +416,6 @@ RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 }
 
-/* jemalloc's own retain_grow_limit (read when the first limit is set). */
-static size_t je_grow_limit;
-
 /*
  * The growth step of @h's arenas (0: jemalloc's series).  auto: 2 MiB
  * chunks where blocks of RDMALLOC_BIG_BLOCK or more are chunks of their own,
@@ -465,33 +462,14 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty))) ||
 	    (pinned && rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy))))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
-	size_t was = 0, sz_was = sizeof(was);
-	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", &was, &sz_was, &grow, sizeof(grow))) {
+	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "jemalloc refuses RDMALLOC_CHUNK_MAX=%zu; heaps "
 				  "grow by jemalloc's default series", grow);
 	} else {
 		h->spec.grow_limit = grow; /* the reserve predicts the series it caps */
-		if (grow && !je_grow_limit)
-			je_grow_limit = was;
 	}
 	return 0;
-}
-
-void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h)
-{
-	h->spec.auto_cache = 1;
-	/* No big blocks here (rdmalloc_heap_has_big): back to the series,
-	 * before the heap's first growth. */
-	if (h->spec.grow_limit && !chunk_max_of(h)) {
-		size_t dflt = je_grow_limit;
-		unsigned n = atomic_load_explicit(&h->narenas, memory_order_relaxed);
-		for (unsigned k = 0; k < n; k++)
-			if (rdmalloc_arena_ctl(h->arenas[k], "retain_grow_limit", NULL, NULL, &dflt, sizeof(dflt)))
-				rdmalloc_fatal("resetting retain_grow_limit of arena %u failed", h->arenas[k]);
-		h->spec.grow_limit = 0;
-	}
-	atomic_store_explicit(&h->auto_tcache, 1, memory_order_release);
 }
 
 int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h)
@@ -533,7 +511,10 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, l
 	 * faults them in again (hooks.c). */
 	h->hooks = flags & RDMA_HEAP_ODP ? rdmalloc_extent_hooks_odp : rdmalloc_extent_hooks;
 	atomic_init(&h->spec.access, rdmalloc_heap_implied_access(flags, access));
-	h->spec.flags = flags;
+	h->spec.flags = flags & ~RDMALLOC_HEAP_AUTO_CACHE;
+	/* Before its first arena: the chunk size depends on it (chunk_max_of). */
+	h->spec.auto_cache = (flags & RDMALLOC_HEAP_AUTO_CACHE) != 0;
+	atomic_init(&h->auto_tcache, h->spec.auto_cache);
 	h->spec.gives_back = !(flags & RDMA_HEAP_ODP);
 	h->decay_ms = decay_ms;
 	h->spec.decay_ms = decay_ms;

@@ -19,6 +19,15 @@ void rdmalloc_heap_init(unsigned int access);
 /* A heap with checked @access and @flags, giving back memory idle for
  * @decay_ms (-1: never): NULL with *@err (EAGAIN: no heap left, or
  * jemalloc's errno). */
+/*
+ * Flag of rdmalloc_heap_create, never a heap's flags: the LD_PRELOAD
+ * drop-in's heap, served by jemalloc's automatic thread cache (its threads
+ * are bound to its arenas), not by explicit caches.  rdma_heap_destroy
+ * refuses it, so its chunks live as long as the process; they are marked
+ * in the address map's auto map (rdmalloc_addrmap_is_auto, addrmap.h); it
+ * has no big blocks, and jemalloc's chunk series (chunk_max_of, heap.c).
+ */
+#define RDMALLOC_HEAP_AUTO_CACHE (1u << 31)
 RDMALLOC_TESTABLE struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, long decay_ms,
 						       int *err);
 /* rdma_malloc_trim(): this thread's caches flushed, every heap's free
@@ -92,14 +101,6 @@ RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now);
  * the child's threads make new ones. */
 void rdmalloc_heap_fork_child(void);
 
-/*
- * The LD_PRELOAD drop-in's heap is served by jemalloc's automatic thread
- * cache (its threads are bound to its arenas), not by explicit caches:
- * rdma_heap_destroy refuses it, so its chunks live as long as the process.
- * Called before the heap's first chunk: its chunks are then marked in the
- * address map's auto map (rdmalloc_addrmap_is_auto, addrmap.h).
- */
-RDMALLOC_TESTABLE void rdmalloc_heap_set_auto_tcache(struct rdmalloc_heap *h);
 int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h);
 /* More arenas for @h, with the same hooks and settings, so that threads
  * bound to the heap do not all share one arena (jemalloc gives its own

@@ -204,9 +204,8 @@ Test(heaps, lookups_race_with_allocation, .timeout = 60)
 Test(heaps, auto_marks_cover_exactly_the_auto_heaps_chunks)
 {
 	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, 0, -1, &err);
+	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, RDMALLOC_HEAP_AUTO_CACHE, -1, &err);
 	cr_assert(h, "%s", strerror(err));
-	rdmalloc_heap_set_auto_tcache(h);
 	rdma_heap_t *plain = rdma_heap_create(NULL);
 	cr_assert(plain);
 	enum { N = 24 };
