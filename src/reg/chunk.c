@@ -65,7 +65,8 @@ static void left_plain(const struct rdmalloc_chunk *c, int err)
  * them with every attached PD: the chunk, unpublished, with the chunk lock
  * held (*@used: the PDs counted in pd_users for the caller), or NULL with
  * errno set and no lock.  An allocation (@for_r NULL) under memory
- * pressure gives memory back and tries once more (rdmalloc_relieve()); a
+ * pressure (the limit, a mapping or a registration refused for want of
+ * memory) gives memory back and tries once more (rdmalloc_relieve()); a
  * reserve fill (@for_r) never does, and keeps for_r->fill_held equal to
  * the bytes it holds meanwhile.  A refused registration fails, but for an
  * allocation of an EAGER_PLAIN heap, which gets the chunk plain.
@@ -117,6 +118,9 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	size_t map_size = size;
 	int kind = RDMALLOC_PAGES_4K;
 	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_os_map_aligned(size, align, RDMALLOC_OS_PAGES);
+	if (!p && !for_r && rdmalloc_pressure(errno) && rdmalloc_relieve()) /* address space went back: once more */
+		p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind)
+			 : rdmalloc_os_map_aligned(size, align, RDMALLOC_OS_PAGES);
 	if (!p) {
 		err = errno ? errno : ENOMEM;
 		map_size = size;

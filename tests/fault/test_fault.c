@@ -27,6 +27,7 @@
  * chunks whose registration failed.
  */
 #include "fault_util.h"
+#include "heap.h"
 
 #include <criterion/redirect.h>
 
@@ -692,4 +693,35 @@ static void soak(void)
 	       "failed cleanly, %llu reserve chunks not made, %lu heaps re-created, %lu PD attach/detach, %.2f s\n",
 	       OPS, HEAPS, injected, fails, (unsigned long long)st.reserve_skipped, recreated, pd_cycles,
 	       fu_now() - t0);
+}
+
+/* A mapping refused for want of memory (ENOMEM: RLIMIT_AS, strict
+ * overcommit) gives idle chunks back and maps once more, as a refused
+ * registration does: the drop-in's malloc, a tail call into jemalloc,
+ * gets no second try of its own. */
+Test(fault, mmap_enomem_gives_back_and_retries)
+{
+	fake_verbs_install(1);
+	enum { MiB = 1 << 20, N = 40 };
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = -1 });
+	cr_assert(h);
+	void *p[N];
+	for (int i = 0; i < N; i++)
+		cr_assert(p[i] = rdma_heap_malloc(h, 1 * MiB));
+	for (int i = 0; i < N; i++)
+		rdma_free(p[i]);
+	rdmalloc_heap_purge(h); /* what decay would do: the chunks are idle */
+	rdma_heap_t *other = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(other);
+	unsigned long back = fu_stats().chunks_given_back;
+	rdmalloc_fault_arm(RDMALLOC_FAULT_MMAP, 1, 1, ENOMEM); /* the next mapping only */
+	void *q = rdma_heap_malloc(other, 8 * MiB);
+	unsigned long faults = rdmalloc_fault_injected(RDMALLOC_FAULT_MMAP);
+	rdmalloc_fault_disarm_all();
+	cr_assert_eq(faults, 1, "the mapping was not refused: the test tried nothing");
+	cr_assert(q, "allocation failed: %s", strerror(errno));
+	cr_assert_gt(fu_stats().chunks_given_back, back, "nothing was given back before the second try");
+	rdma_free(q);
+	cr_assert_eq(rdma_heap_destroy(other), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
