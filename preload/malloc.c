@@ -53,10 +53,15 @@ static atomic_int ready;
  * every chunk of the heap, whichever thread's arena it belongs to.  Preload
  * chunks are never released (the hooks refuse dalloc, and
  * rdma_heap_destroy refuses the preload heap), so a pointer the drop-in
- * returned keeps its byte for the life of the process. */
+ * returned keeps its byte for the life of the process.  The map is ours,
+ * in .bss (128 MiB of address space, a page touched per 8 GiB of chunks'
+ * address space): it exists before the first free(), so the test is a
+ * compare with a constant and one load, no pointer to load first. */
+static unsigned char auto_map[RDMALLOC_ADDRMAP_AUTO_GRANULES];
+
 static inline int preload_memory(const void *p)
 {
-	return rdmalloc_addrmap_is_auto(p);
+	return rdmalloc_addrmap_is_auto_in(auto_map, p);
 }
 
 struct rdmalloc_heap *rdmalloc_preload_heap(void)
@@ -66,6 +71,7 @@ struct rdmalloc_heap *rdmalloc_preload_heap(void)
 
 __attribute__((constructor(101))) static void preload_init(void)
 {
+	rdmalloc_addrmap_auto_give(auto_map);
 	rdmalloc_init();
 	/* Access flags the option parser has already checked: nothing of
 	 * rdma_heap_create()'s checks applies.  Its memory is in automatic
@@ -168,27 +174,28 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	return p;
 }
 
+/*
+ * malloc and calloc: the thread's word checked, then jemalloc's own call,
+ * as a tail call.  Nothing is kept for after it: a failure inside
+ * jemalloc's growth already gave reserves and idle chunks back and tried
+ * again (chunk.c), and what is left is jemalloc's NULL with ENOMEM, as
+ * plain jemalloc's.  jemalloc's calloc checks n * size for overflow.
+ */
 PRELOAD_API void *malloc(size_t size)
 {
-	if (likely(fast())) {
-		void *p = rdmalloc_auto_malloc(size);
-		if (likely(p != NULL))
-			return p;
-	}
+	if (likely(fast()))
+		return rdmalloc_auto_malloc(size);
 	return alloc_any(size, 0, 0);
 }
 
 PRELOAD_API void *calloc(size_t n, size_t size)
 {
+	if (likely(fast()))
+		return rdmalloc_auto_calloc(n, size);
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total)) {
 		errno = ENOMEM;
 		return NULL;
-	}
-	if (likely(fast())) {
-		void *p = rdmalloc_auto_calloc(1, total);
-		if (likely(p != NULL))
-			return p;
 	}
 	return alloc_any(total, 0, 1);
 }

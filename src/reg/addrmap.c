@@ -11,7 +11,7 @@ _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
 unsigned char *rdmalloc_addrmap_auto;
 uintptr_t rdmalloc_addrmap_auto_end;
 
-#define AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
+#define AUTO_GRANULES RDMALLOC_ADDRMAP_AUTO_GRANULES
 
 #define L2_MASK ((1u << RDMALLOC_L2_BITS) - 1)
 
@@ -54,6 +54,14 @@ static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 			__atomic_store_n(&mark[a >> RDMALLOC_GRANULE_SHIFT],
 					 val != NULL && c->base + c->map_size - a >= RDMALLOC_GRANULE, __ATOMIC_RELEASE);
 	}
+}
+
+void rdmalloc_addrmap_auto_give(unsigned char *map)
+{
+	if (__atomic_load_n(&rdmalloc_addrmap_auto, __ATOMIC_RELAXED))
+		rdmalloc_fatal("the auto map was given after it was needed");
+	__atomic_store_n(&rdmalloc_addrmap_auto, map, __ATOMIC_RELAXED);
+	__atomic_store_n(&rdmalloc_addrmap_auto_end, AUTO_GRANULES, __ATOMIC_RELEASE);
 }
 
 int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)

@@ -18,9 +18,9 @@
  * libibverbs.
  */
 struct rdmalloc_tl_state {
-	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
 	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed,
 			 RDMALLOC_TL_ERRAND bound with an errand */
+	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
 };
 extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 #define rdmalloc_tl_in_verbs (rdmalloc_tl.in_verbs)
@@ -38,9 +38,11 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
  * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
  * may give memory back and try again (heap.c, rdmalloc_heaps_relieve). */
 extern RDMALLOC_TLS int rdmalloc_tl_pressure;
-/* The drop-in's fast path reads both words at once: one TLS compare. */
+/* The drop-in's fast path reads both words at once: one TLS compare with
+ * an immediate (bound == 1 and in_verbs == 0 is the 64-bit word 1 on a
+ * little-endian machine: no 64-bit constant to load first). */
 _Static_assert(sizeof(struct rdmalloc_tl_state) == sizeof(uint64_t) &&
-		       offsetof(struct rdmalloc_tl_state, bound) == 4,
+		       offsetof(struct rdmalloc_tl_state, bound) == 0,
 	       "rdmalloc_tl_state is read as one 64-bit word");
 
 #endif
