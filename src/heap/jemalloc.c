@@ -49,11 +49,19 @@ void rdmalloc_probe_free(void *p)
 	je_free(p);
 }
 
+/* "thread.arena" by its MIB: every new thread of the drop-in is bound on its
+ * first allocation, and a lookup by name walks the ctl tree. */
+static size_t bind_mib[2];
+static size_t bind_miblen;
+
 void rdmalloc_heap_jemalloc_boot(void)
 {
 	size_t sz = sizeof(unsigned);
 	unsigned narenas;
 	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
+	size_t len = 2;
+	if (!bind_miblen && je_mallctlnametomib("thread.arena", bind_mib, &len) == 0)
+		__atomic_store_n(&bind_miblen, len, __ATOMIC_RELEASE);
 }
 
 int rdmalloc_heap_jemalloc_retains(void)
@@ -65,6 +73,9 @@ int rdmalloc_heap_jemalloc_retains(void)
 
 int rdmalloc_heap_bind_thread(unsigned arena)
 {
+	size_t len = __atomic_load_n(&bind_miblen, __ATOMIC_ACQUIRE);
+	if (len)
+		return je_mallctlbymib(bind_mib, len, NULL, NULL, &arena, sizeof(arena));
 	return je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
 }
 

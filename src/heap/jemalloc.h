@@ -33,7 +33,13 @@ RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
  * oversize_threshold: jemalloc purges a freed extent of 8 MiB or more at
  * once, not after the decay time; for us that is a chunk given back and
  * registered again on every free and malloc of a big buffer.  1 TiB: never.
+ * narenas: one automatic arena.  Every block of ours comes from a heap's
+ * own arenas; the automatic ones serve only what jemalloc itself assigns a
+ * thread (its reentrant calls from inside a hook among them).  With
+ * jemalloc's default (4 per CPU), a drop-in program whose threads come and
+ * go (mimalloc-bench's mleak) had jemalloc initialise three more, about
+ * 90 KiB of metadata each.
  */
-#define RDMALLOC_JE_CONF "oversize_threshold:1099511627776"
+#define RDMALLOC_JE_CONF "oversize_threshold:1099511627776,narenas:1"
 
 #endif
