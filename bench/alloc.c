@@ -17,6 +17,15 @@
  *             allocated, replacing them at random, then exiting
  *   xthread-sized  the same with C++ new and sized delete
  *             (operator delete(void *, size_t), alloc_cxx.cc)
+ *   simple    glibc's bench-malloc-simple: each thread mallocs batches of
+ *             25, 100, 400 and 1600 blocks of 32 B, writes every byte,
+ *             frees the first half in order and the rest in reverse: one
+ *             size class, the thread cache's hits and refills
+ *   leak      after mimalloc-bench's mleak: rounds of fresh threads, each
+ *             callocs one 128 B object, swaps it into a random slot of a
+ *             table shared by all and frees what it found there, then
+ *             exits: threads that live for one allocation, objects that
+ *             outlive them (freed by later threads or at the end)
  *   falseshare  passive false sharing (after Hoard's cache-scratch): the
  *             main thread allocates one 8 B object per thread, each thread
  *             frees its own, then allocates 8 B, writes it 5000 times and
@@ -249,6 +258,49 @@ static void *w_xthread(struct worker *w)
 	return NULL;
 }
 
+static void *w_simple(struct worker *w)
+{
+	static const size_t batch[] = { 25, 100, 400, 1600 };
+	char **arr = calloc(1600, sizeof(char *));
+	if (!arr)
+		bench_die(PROG, "out of memory");
+	size_t per = scaled(8000000), ops = 0;
+	pthread_barrier_wait(&barrier);
+	for (size_t b = 0; b < sizeof(batch) / sizeof(batch[0]); b++) {
+		size_t n = batch[b];
+		for (size_t it = 0; it < per / n; it++) {
+			for (size_t i = 0; i < n; i++) {
+				if (!(arr[i] = malloc(32)))
+					bench_die(PROG, "malloc(32) failed");
+				for (size_t g = 0; g < 32; g++)
+					arr[i][g] = (char)g;
+			}
+			for (size_t i = 0; i < n / 2; i++)
+				free(arr[i]);
+			for (size_t i = n; i-- > n / 2;)
+				free(arr[i]);
+			ops += n;
+		}
+	}
+	free(arr);
+	w->ops = ops;
+	return NULL;
+}
+
+#define LEAK_SLOTS 1000
+static _Atomic(void *) leak_slot[LEAK_SLOTS];
+
+static void *w_leak(struct worker *w)
+{
+	uint64_t s = 0x1ce4e5b9ull * (uint64_t)(w->id + 1) + w->ops;
+	void *p = calloc(16, sizeof(void *));
+	if (!p)
+		bench_die(PROG, "calloc failed");
+	free(atomic_exchange(&leak_slot[bench_rand(&s) % LEAK_SLOTS], p));
+	w->ops = 1;
+	return NULL;
+}
+
 static void *w_falseshare(struct worker *w)
 {
 	size_t ops = scaled(20000);
@@ -283,6 +335,10 @@ static void *worker_main(void *arg)
 		return w_falseshare(w);
 	if (!strncmp(workload, "xthread", 7))
 		return w_xthread(w);
+	if (!strcmp(workload, "simple"))
+		return w_simple(w);
+	if (!strcmp(workload, "leak"))
+		return w_leak(w);
 	return w_large(w);
 }
 
@@ -302,16 +358,16 @@ int main(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-')
 		bench_die(PROG, "usage: rdmalloc-bench-alloc small|mixed|prodcons|realloc|large|"
-				"xthread|xthread-sized|falseshare [--threads T] [--scale S] [--header]");
+				"xthread|xthread-sized|falseshare|simple|leak [--threads T] [--scale S] [--header]");
 	workload = argv[1];
 	static const char *const known[] = { "small", "mixed", "prodcons", "realloc", "large",
-					     "xthread", "xthread-sized", "falseshare" };
+					     "xthread", "xthread-sized", "falseshare", "simple", "leak" };
 	size_t kw = 0;
 	while (kw < sizeof(known) / sizeof(known[0]) && strcmp(workload, known[kw]))
 		kw++;
 	if (kw == sizeof(known) / sizeof(known[0]))
 		bench_die(PROG, "unknown workload %s", workload);
-	int xthread = !strncmp(workload, "xthread", 7);
+	int xthread = !strncmp(workload, "xthread", 7) || !strcmp(workload, "leak");
 	xt_sized = !strcmp(workload, "xthread-sized");
 	int threads = (int)bench_opt_long(argc, argv, "--threads", sysconf(_SC_NPROCESSORS_ONLN));
 	scale = bench_opt_double(argc, argv, "--scale", 1.0);
@@ -327,7 +383,9 @@ int main(int argc, char **argv)
 		memset(rings, 0, sizeof(struct ring) * (size_t)(threads / 2));
 	}
 	size_t rounds = 1;
-	if (xthread) { /* the first owners of the slots: the main thread */
+	if (!strcmp(workload, "leak")) { /* mleak's shape: rounds of threads */
+		rounds = scaled(2000);
+	} else if (xthread) { /* the first owners of the slots: the main thread */
 		xt_sets = calloc((size_t)threads, sizeof(*xt_sets));
 		if (!xt_sets)
 			bench_die(PROG, "out of memory");
@@ -368,6 +426,7 @@ int main(int argc, char **argv)
 		for (size_t r = 0; r < rounds; r++) {
 			for (int t = 0; t < threads; t++) {
 				w[t].id = (int)((r + (size_t)t) % (size_t)threads); /* another set each round */
+				w[t].ops = r; /* leak: a seed of its own */
 				if (pthread_create(&w[t].tid, NULL, worker_main, &w[t]))
 					bench_die(PROG, "pthread_create failed");
 			}
@@ -389,7 +448,10 @@ int main(int argc, char **argv)
 		printf("workload,threads,ops,seconds,cpu_seconds,ns_per_op,maxrss_kb,malloc_from\n");
 	printf("%s,%d,%llu,%.6f,%.6f,%.2f,%ld,%s\n", workload, threads, (unsigned long long)ops, secs,
 	       cpu, cpu * 1e9 / (double)ops, ru.ru_maxrss, malloc_library());
-	if (xthread) {
+	if (!strcmp(workload, "leak")) {
+		for (size_t k = 0; k < LEAK_SLOTS; k++)
+			free(atomic_load(&leak_slot[k]));
+	} else if (xthread) {
 		for (int t = 0; t < threads; t++)
 			for (size_t k = 0; k < XT_SLOTS; k++)
 				xt_free(xt_sets[t].p[k], xt_sets[t].size[k]);
