@@ -52,7 +52,8 @@ static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 				      memory_order_release);
 		if (mark)
 			__atomic_store_n(&mark[a >> RDMALLOC_GRANULE_SHIFT],
-					 val != NULL && c->base + c->map_size - a >= RDMALLOC_GRANULE, __ATOMIC_RELEASE);
+					 val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE,
+					 __ATOMIC_RELEASE);
 	}
 }
 

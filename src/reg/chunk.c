@@ -41,7 +41,7 @@ void rdmalloc_deregister_unmap(struct rdmalloc_chunk *c, void *p, size_t len)
 {
 	if (rdmalloc_region_deregister_all(c) == 0 && !atomic_load(&c->dereg_failed)) {
 		if (p)
-			rdmalloc_os_unmap(p, len);
+			rdmalloc_os_unmap(p, len + c->tail);
 	} else {
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) kept mapped: deregistration failed", p,
 			     len);
@@ -117,10 +117,17 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	int err = ENOMEM;
 	size_t map_size = size;
 	int kind = RDMALLOC_PAGES_4K;
-	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind) : rdmalloc_os_map_aligned(size, align, RDMALLOC_OS_PAGES);
+	/* The drop-in's chunks take the rest of their last granule too, so
+	 * that the auto map marks all of it and free() of a block there takes
+	 * the fast path (addrmap.h): address space only, never touched. */
+	size_t tail = spec->auto_cache && !huge ? align_up(size, RDMALLOC_GRANULE) - size : 0;
+	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind)
+		       : rdmalloc_os_map_aligned(size + tail, align, RDMALLOC_OS_PAGES);
 	if (!p && !for_r && rdmalloc_pressure(errno) && rdmalloc_relieve()) /* address space went back: once more */
 		p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind)
-			 : rdmalloc_os_map_aligned(size, align, RDMALLOC_OS_PAGES);
+			 : rdmalloc_os_map_aligned(size + tail, align, RDMALLOC_OS_PAGES);
+	if (p)
+		c->tail = tail;
 	if (!p) {
 		err = errno ? errno : ENOMEM;
 		map_size = size;

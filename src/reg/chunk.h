@@ -134,6 +134,8 @@ struct rdmalloc_chunk {
 	size_t size;     /* what jemalloc asked for and uses */
 	_Atomic size_t live_size; /* size while LIVE, 0 otherwise: what lookups see */
 	size_t map_size; /* mapped and registered: size rounded up to whole pages of page_kind */
+	size_t tail;     /* mapped past map_size to the end of its last granule (auto_cache chunks:
+			    the auto map marks every granule of theirs), never used, unmapped with it */
 	int page_kind;   /* enum rdmalloc_page_kind (hugepage.h) */
 	struct rdmalloc_heap *heap;              /* its owner: only compared here */
 	struct rdmalloc_chunk_spec *spec; /* its owner's flags (the chunk layer writes key_gen only) */

@@ -53,6 +53,7 @@ void rdmalloc_desc_free(struct rdmalloc_chunk *c)
 	c->base = 0;
 	c->size = 0;
 	c->map_size = 0;
+	c->tail = 0;
 	c->heap = NULL;
 	c->spec = NULL;
 	c->next = free_descs;

@@ -7,10 +7,13 @@
  * crashing inside jemalloc or returning garbage (issue 10, item 8; commit
  * 0c281c6 died of SIGSEGV).  The same for a page mapped in the part of a
  * 2 MiB granule past the end of a chunk that ends inside it (issue 23,
- * item 3: the granule's byte said "ours" and free() crashed in jemalloc).
+ * item 3: the granule's byte said "ours" and free() crashed in jemalloc),
+ * or, since the drop-in's chunks map their last granule whole (issue 25),
+ * that no such page can be mapped at all.
  * Each call runs in a child; prints one line per case and "N passed, M
  * failed".
  */
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
@@ -41,9 +44,11 @@ static void call(int which, void *p)
 #define GRANULE ((uintptr_t)2 << 20)
 
 /* A page mapped right after the end of the chunk of a large block, in the
- * chunk's last granule (the chunk ends inside it); NULL if no size tried
- * gave a chunk ending inside a granule. */
-static void *page_past_a_chunk(void)
+ * chunk's last granule (the chunk ends inside it); NULL if none could be
+ * mapped: *@tried pages were tried, *@taken of them were already mapped
+ * (EEXIST: the drop-in's chunks map the rest of their last granule too, so
+ * that the granule's byte is true of all of it). */
+static void *page_past_a_chunk(unsigned *tried, unsigned *taken)
 {
 	for (size_t mib = 3; mib < 40; mib++) {
 		char *p = malloc((mib << 20) + (100 << 10));
@@ -55,6 +60,8 @@ static void *page_past_a_chunk(void)
 		for (uintptr_t a = (last | 4095) + 1; a < ((last | (GRANULE - 1)) + 1); a += 4096) {
 			void *m = mmap((void *)a, 4096, PROT_READ | PROT_WRITE,
 				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+			++*tried;
+			*taken += m == MAP_FAILED && errno == EEXIST;
 			if (m == (void *)a)
 				return m; /* p stays allocated: its chunk stays */
 			if (m != MAP_FAILED)
@@ -69,12 +76,17 @@ int main(void)
 	static const char *names[] = { "free", "realloc", "malloc_usable_size" };
 	char on_stack[64];
 	void *mapped = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	void *past = page_past_a_chunk();
+	unsigned tried = 0, taken = 0;
+	void *past = page_past_a_chunk(&tried, &taken);
 	void *targets[] = { on_stack + 16, (char *)mapped + 64, past };
 	const char *where[] = { "the stack", "an mmap", "an mmap in a chunk's last granule" };
 	int passed = 0, failed = 0;
-	if (!past) {
-		printf("FAIL no chunk ended inside a granule: the case went untried\n");
+	if (!past && tried && taken == tried) {
+		printf("ok   a chunk's last granule is all its own: none of the %u pages past its blocks "
+		       "could be mapped\n", tried);
+		passed++;
+	} else if (!past) {
+		printf("FAIL no page past a chunk could be tried (%u tried, %u already mapped)\n", tried, taken);
 		failed++;
 	}
 	for (int t = 0; t < (past ? 3 : 2); t++)
