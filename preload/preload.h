@@ -22,15 +22,19 @@ struct ibv_mr;
 /* The heap every plain malloc comes from, or NULL before it exists. */
 struct rdmalloc_heap *rdmalloc_preload_heap(void);
 
+/* They never throw: told so, a noexcept operator delete can end in a tail
+ * call to them (else GCC keeps a frame to call std::terminate from). */
+#define PRELOAD_NOTHROW __attribute__((nothrow))
+
 /* malloc, aligned_alloc and free for new.cc: the same functions by
  * hidden names, called directly rather than through the PLT. */
-void *rdmalloc_preload_malloc(size_t size);
-void *rdmalloc_preload_aligned_alloc(size_t align, size_t size);
-void rdmalloc_preload_free(void *p);
+PRELOAD_NOTHROW void *rdmalloc_preload_malloc(size_t size);
+PRELOAD_NOTHROW void *rdmalloc_preload_aligned_alloc(size_t align, size_t size);
+PRELOAD_NOTHROW void rdmalloc_preload_free(void *p);
 
 /* free(@p) by C++'s sized delete: @size is what malloc() was asked for
  * (operator new's size), which spares jemalloc its lookup of the size. */
-void rdmalloc_preload_free_sized(void *p, size_t size);
+PRELOAD_NOTHROW void rdmalloc_preload_free_sized(void *p, size_t size);
 
 /*
  * What elide.c's wrappers of libibverbs hand on to: libibverbs' own
