@@ -67,6 +67,7 @@ struct worker {
 	uint64_t ops;
 	void *ring; /* prodcons: the pair's ring */
 	void *object; /* falseshare: the main thread's object for it */
+	size_t round; /* leak: the round it runs in, part of its seed */
 	pthread_t tid;
 };
 
@@ -292,7 +293,7 @@ static _Atomic(void *) leak_slot[LEAK_SLOTS];
 
 static void *w_leak(struct worker *w)
 {
-	uint64_t s = 0x1ce4e5b9ull * (uint64_t)(w->id + 1) + w->ops;
+	uint64_t s = 0x1ce4e5b9ull * (uint64_t)(w->id + 1) + w->round;
 	void *p = calloc(16, sizeof(void *));
 	if (!p)
 		bench_die(PROG, "calloc failed");
@@ -426,7 +427,7 @@ int main(int argc, char **argv)
 		for (size_t r = 0; r < rounds; r++) {
 			for (int t = 0; t < threads; t++) {
 				w[t].id = (int)((r + (size_t)t) % (size_t)threads); /* another set each round */
-				w[t].ops = r; /* leak: a seed of its own */
+				w[t].round = r;
 				if (pthread_create(&w[t].tid, NULL, worker_main, &w[t]))
 					bench_die(PROG, "pthread_create failed");
 			}

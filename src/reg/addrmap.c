@@ -8,10 +8,9 @@
 #include "os.h"
 
 _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
-unsigned char *rdmalloc_addrmap_auto;
-uintptr_t rdmalloc_addrmap_auto_end;
-
-#define AUTO_GRANULES RDMALLOC_ADDRMAP_AUTO_GRANULES
+/* The auto map (addrmap.h), NULL until given or reserved; writers hold
+ * the chunk lock. */
+static unsigned char *auto_map;
 
 #define L2_MASK ((1u << RDMALLOC_L2_BITS) - 1)
 
@@ -22,7 +21,8 @@ struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p)
 
 int rdmalloc_addrmap_auto_find(const void *p)
 {
-	return rdmalloc_addrmap_is_auto(p);
+	unsigned char *map = __atomic_load_n(&auto_map, __ATOMIC_ACQUIRE);
+	return map && rdmalloc_addrmap_is_auto_in(map, p);
 }
 
 static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
@@ -45,7 +45,7 @@ static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
  * jemalloc's: not marked. */
 static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 {
-	unsigned char *mark = c->spec->auto_cache && !c->big ? rdmalloc_addrmap_auto : NULL;
+	unsigned char *mark = c->spec->auto_cache && !c->big ? auto_map : NULL;
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE) {
 		rdmalloc_addrmap_entry_t *leaf = leaf_of(a, 0);
 		atomic_store_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & L2_MASK], val,
@@ -59,10 +59,9 @@ static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 
 void rdmalloc_addrmap_auto_give(unsigned char *map)
 {
-	if (__atomic_load_n(&rdmalloc_addrmap_auto, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&auto_map, __ATOMIC_RELAXED))
 		rdmalloc_fatal("the auto map was given after it was needed");
-	__atomic_store_n(&rdmalloc_addrmap_auto, map, __ATOMIC_RELAXED);
-	__atomic_store_n(&rdmalloc_addrmap_auto_end, AUTO_GRANULES, __ATOMIC_RELEASE);
+	__atomic_store_n(&auto_map, map, __ATOMIC_RELEASE);
 }
 
 int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)
@@ -75,12 +74,11 @@ int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
 		if (!leaf_of(a, 1))
 			return ENOMEM;
-	if (c->spec->auto_cache && !rdmalloc_addrmap_auto) { /* the chunk lock orders writers */
-		void *m = rdmalloc_os_reserve(AUTO_GRANULES);
+	if (c->spec->auto_cache && !auto_map) { /* the chunk lock orders writers */
+		void *m = rdmalloc_os_reserve(RDMALLOC_ADDRMAP_AUTO_GRANULES);
 		if (!m)
 			return ENOMEM;
-		__atomic_store_n(&rdmalloc_addrmap_auto, (unsigned char *)m, __ATOMIC_RELAXED);
-		__atomic_store_n(&rdmalloc_addrmap_auto_end, AUTO_GRANULES, __ATOMIC_RELEASE);
+		__atomic_store_n(&auto_map, (unsigned char *)m, __ATOMIC_RELEASE);
 	}
 	set_range(c, c);
 	return 0;

@@ -59,27 +59,17 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
  * 2^27 bytes of address space, reserved on the first such chunk (or
  * given, rdmalloc_addrmap_auto_give: the drop-in's is in its .bss) and
  * touched only where bytes are set or read (one page per 8 GiB of address
- * space).  rdmalloc_addrmap_auto_end is 0 until the map exists, then its
- * size.  A byte is set before the chunk is returned to jemalloc, hence
+ * space).  A byte is set before the chunk is returned to jemalloc, hence
  * before any pointer into it exists, and cleared only when the chunk is
  * unpublished (nothing of it is allocated then).
  */
 /* (__atomic_* on plain objects: GCC loads _Atomic ones through an extra lea) */
 #define RDMALLOC_ADDRMAP_AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
-extern unsigned char *rdmalloc_addrmap_auto;
-extern uintptr_t rdmalloc_addrmap_auto_end;
-static inline int rdmalloc_addrmap_is_auto(const void *p)
-{
-	uintptr_t g = (uintptr_t)p >> RDMALLOC_GRANULE_SHIFT;
-	if (unlikely(g >= __atomic_load_n(&rdmalloc_addrmap_auto_end, __ATOMIC_ACQUIRE)))
-		return 0;
-	return __atomic_load_n(&__atomic_load_n(&rdmalloc_addrmap_auto, __ATOMIC_RELAXED)[g], __ATOMIC_RELAXED);
-}
 
 /*
- * The same, in @map: the storage its owner gave (rdmalloc_addrmap_auto_give),
- * which exists from the start, so that the test is a compare with a
- * constant and one load (the drop-in's free()).
+ * Whether @p is in a marked granule of @map, the storage its owner gave
+ * (rdmalloc_addrmap_auto_give), which exists from the start, so that the
+ * test is a compare with a constant and one load (the drop-in's free()).
  */
 static inline int rdmalloc_addrmap_is_auto_in(const unsigned char *map, const void *p)
 {
@@ -94,6 +84,7 @@ void rdmalloc_addrmap_auto_give(unsigned char *map);
 
 /* Out-of-line copies for the unit tests. */
 RDMALLOC_TESTABLE struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p);
+/* The same in whichever auto map there is (0 while there is none). */
 RDMALLOC_TESTABLE int rdmalloc_addrmap_auto_find(const void *p);
 /* Publish every granule of @c (chunk lock held): 0 or ENOMEM, nothing
  * published on failure. */

@@ -59,6 +59,15 @@ static void left_plain(const struct rdmalloc_chunk *c, int err)
 			  c->size, rdmalloc_refusal_text(err));
 }
 
+/* The mapping of a chunk of @size aligned to @align: huge pages (@huge;
+ * *@map_size and *@kind say what it got), or 4 KiB pages with @tail bytes
+ * of address space past @size. */
+static void *map_chunk(size_t size, size_t tail, size_t align, int huge, size_t *map_size, int *kind)
+{
+	return huge ? rdmalloc_huge_map(size, align, map_size, kind)
+		    : rdmalloc_os_map_aligned(size + tail, align, RDMALLOC_OS_PAGES);
+}
+
 /*
  * Map @size bytes aligned to @align (a power of two, at least the granule)
  * for @heap and, if its heap registers chunks when they are made, register
@@ -121,11 +130,9 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	 * that the auto map marks all of it and free() of a block there takes
 	 * the fast path (addrmap.h): address space only, never touched. */
 	size_t tail = spec->auto_cache && !huge ? align_up(size, RDMALLOC_GRANULE) - size : 0;
-	void *p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind)
-		       : rdmalloc_os_map_aligned(size + tail, align, RDMALLOC_OS_PAGES);
+	void *p = map_chunk(size, tail, align, huge, &map_size, &kind);
 	if (!p && !for_r && rdmalloc_pressure(errno) && rdmalloc_relieve()) /* address space went back: once more */
-		p = huge ? rdmalloc_huge_map(size, align, &map_size, &kind)
-			 : rdmalloc_os_map_aligned(size + tail, align, RDMALLOC_OS_PAGES);
+		p = map_chunk(size, tail, align, huge, &map_size, &kind);
 	if (p)
 		c->tail = tail;
 	if (!p) {
