@@ -40,6 +40,7 @@
 
 #include "chunk.h"
 #include "heap.h"
+#include "init.h"
 #include "lock.h"
 #include "log.h"
 #include "os.h"
@@ -412,6 +413,7 @@ static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len
 {
 	if (rdmalloc_tl_in_verbs || !rdmalloc_preload_heap() || !pd || !len)
 		return NULL;
+	rdmalloc_init(); /* the first elision brings RDMA up (init.h) */
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
 	if (!c || len > c->size - ((uintptr_t)addr - c->base))
 		return NULL;

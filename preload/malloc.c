@@ -72,7 +72,11 @@ struct rdmalloc_heap *rdmalloc_preload_heap(void)
 __attribute__((constructor(101))) static void preload_init(void)
 {
 	rdmalloc_addrmap_auto_give(auto_map);
-	rdmalloc_init();
+	rdmalloc_init_core();
+	/* RDMA (libibverbs, the default PD) on first need (init.h), unless
+	 * every chunk is to be registered as it is made. */
+	if (rdmalloc_opts.preload_register == RDMALLOC_PRELOAD_EAGER)
+		rdmalloc_init();
 	/* Access flags the option parser has already checked: nothing of
 	 * rdma_heap_create()'s checks applies.  Its memory is in automatic
 	 * caches: never to be destroyed. */

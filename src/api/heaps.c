@@ -47,7 +47,7 @@ RDMA_EXPORT rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr)
 
 RDMA_EXPORT size_t rdma_malloc_trim(void)
 {
-	rdmalloc_init();
+	rdmalloc_init_core(); /* a trim opens no device */
 	return rdmalloc_heaps_trim();
 }
 

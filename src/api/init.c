@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* init.c - one-time initialisation: options, default PD, default heap. */
+/* init.c - one-time initialisation: the allocator's core, then RDMA on first need (init.h). */
 #include "init.h"
 
 #include <pthread.h>
@@ -23,6 +23,7 @@
 #include "verbs.h"
 
 atomic_int rdmalloc_ready;
+atomic_int rdmalloc_core_ready;
 /* The INIT lock (lock.h) is held across the whole initialisation and taken
  * first by fork(): no fork happens while a thread initialises.  With
  * pthread_once a child forked mid-initialisation ran it again from the
@@ -51,7 +52,7 @@ static void print_stats_at_exit(void)
 		fclose(out);
 }
 
-static void init_once(void)
+static void init_core(void)
 {
 	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
 	rdmalloc_options_parse(&rdmalloc_opts, env);
@@ -60,22 +61,30 @@ static void init_once(void)
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
 	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */
-	rdmalloc_verbs_init();
-	rdmalloc_pd_init();
-	rdmalloc_heap_init(rdmalloc_opts.access);
+	rdmalloc_heap_init();
 	if (rdmalloc_opts.stats != RDMALLOC_STATS_OFF) {
 		stats_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
 		atexit(print_stats_at_exit);
 	}
+	atomic_store_explicit(&rdmalloc_core_ready, 1, memory_order_release);
+}
+
+static void init_rdma(void)
+{
+	rdmalloc_verbs_init();
+	rdmalloc_pd_init();
+	rdmalloc_heap_init_default(rdmalloc_opts.access);
 	atomic_store_explicit(&rdmalloc_ready, 1, memory_order_release);
 }
 
-void rdmalloc_init_slow(void)
+void rdmalloc_init_slow(int rdma)
 {
 	int saved = errno; /* the parsers use errno: callers must not see it */
 	rdmalloc_lock(RDMALLOC_LOCK_INIT);
-	if (!atomic_load_explicit(&rdmalloc_ready, memory_order_relaxed))
-		init_once();
+	if (!atomic_load_explicit(&rdmalloc_core_ready, memory_order_relaxed))
+		init_core();
+	if (rdma && !atomic_load_explicit(&rdmalloc_ready, memory_order_relaxed))
+		init_rdma();
 	rdmalloc_unlock(RDMALLOC_LOCK_INIT);
 	errno = saved;
 }

@@ -6,6 +6,7 @@
 
 #include "chunk.h"
 #include "compiler.h"
+#include "init.h"
 #include "pd.h"
 #include "addrmap.h"
 #include "counters.h"
@@ -53,7 +54,8 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 }
 
 /*
- * ENODEV from the lookup: if [ptr, ptr+len) is in a chunk of an on-demand
+ * ENODEV from the lookup: RDMA initialised if it was not (the drop-in's
+ * first lookup, init.h), and if [ptr, ptr+len) is in a chunk of an on-demand
  * heap (the drop-in's) that has no registration with attached @pd yet,
  * this is its first use there: register it (demand.c, under the PD lock)
  * and look again.  Otherwise ENODEV stands.
@@ -61,6 +63,7 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 static __attribute__((noinline)) int first_use(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys,
 					       struct ibv_mr **mr)
 {
+	rdmalloc_init(); /* under the drop-in, the default PD opens on first need */
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
 	if (!pd)
 		pd = rdmalloc_pd_default();

@@ -30,7 +30,7 @@ RDMA_EXPORT int rdma_malloc_stats_get(struct rdma_malloc_stats *st)
 {
 	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size != sizeof(*st))
 		return EINVAL;
-	rdmalloc_init();
+	rdmalloc_init_core(); /* stats open no device */
 	uint32_t v = st->version, sz = st->size;
 	memset(st, 0, sizeof(*st));
 	snapshot(st);

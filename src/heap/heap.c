@@ -566,12 +566,16 @@ static uint64_t heaps_tick(void)
 	return period < 100000000u ? 100000000u : period > 1000000000u ? 1000000000u : period;
 }
 
-void rdmalloc_heap_init(unsigned int access)
+void rdmalloc_heap_init(void)
 {
 	rdmalloc_reserve_set_tick(heaps_tick);
 	int e = pthread_key_create(&tc_key, thread_exit);
 	if (e)
 		rdmalloc_fatal("pthread_key_create: %s", strerror(e));
+}
+
+void rdmalloc_heap_init_default(unsigned int access)
+{
 	int err = 0;
 	default_heap = heap_new(access, rdmalloc_opts.hugepages ? RDMA_HEAP_HUGEPAGES : 0, rdmalloc_opts.decay_ms, &err);
 	if (!default_heap)

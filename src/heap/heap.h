@@ -14,8 +14,10 @@
 
 struct rdmalloc_heap;
 
-/* Create the default heap (initialisation). */
-void rdmalloc_heap_init(unsigned int access);
+/* Initialisation (init.h): the heaps' tick and thread-exit key, with the
+ * core; the default heap, with RDMA (NULL until then). */
+void rdmalloc_heap_init(void);
+void rdmalloc_heap_init_default(unsigned int access);
 /* A heap with checked @access and @flags, giving back memory idle for
  * @decay_ms (-1: never): NULL with *@err (EAGAIN: no heap left, or
  * jemalloc's errno). */

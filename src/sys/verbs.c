@@ -14,59 +14,99 @@
 #include "counters.h"
 
 /*
- * libibverbs' own registration functions, bound once at initialisation
- * (rdmalloc_verbs_init) in libibverbs itself: under the LD_PRELOAD drop-in
- * a call by name would reach the drop-in's wrappers (preload/elide.c),
- * which exist for the program's calls, not ours.  Until bound (or if
- * binding fails, logged and counted) they are the functions by name.
+ * libibverbs, loaded on first need (rdmalloc_verbs_init, from the first
+ * call that needs RDMA): a program under the drop-in that never uses RDMA
+ * never maps it, nor libnl, nor a provider, and pays none of their
+ * start-up (about 0.9 MiB of RSS).  Every call of ours into it goes through
+ * this table, bound in libibverbs itself: under the drop-in a call by name
+ * would reach the drop-in's wrappers (preload/elide.c), which exist for the
+ * program's calls, not ours.  Until bound, or if libibverbs cannot be
+ * loaded (logged and counted), the calls fail with ENOSYS.
  */
-typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
-typedef int (*dereg_fn)(struct ibv_mr *);
-static reg_iova2_fn libibverbs_reg_mr_iova2 = ibv_reg_mr_iova2;
-static dereg_fn libibverbs_dereg_mr = ibv_dereg_mr;
+static struct {
+	struct ibv_device **(*get_device_list)(int *n);
+	void (*free_device_list)(struct ibv_device **list);
+	const char *(*get_device_name)(struct ibv_device *dev);
+	struct ibv_context *(*open_device)(struct ibv_device *dev);
+	int (*close_device)(struct ibv_context *ctx);
+	struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+	int (*query_dev)(struct ibv_context *ctx, struct ibv_device_attr *attr);
+	int (*query_port)(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+	struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				       unsigned int access);
+	int (*dereg_mr)(struct ibv_mr *mr);
+	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access);
+} lib;
+static char lib_why[128]; /* why libibverbs is not bound */
 
 void *rdmalloc_verbs_real(const char *name, const char *version)
 {
-	void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
-	void *f = lib ? dlvsym(lib, name, version) : NULL;
-	if (lib)
-		dlclose(lib); /* NOLOAD: only drops the reference just taken */
+	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *f = h ? dlvsym(h, name, version) : NULL;
+	if (h)
+		dlclose(h); /* NOLOAD: only drops the reference just taken */
 	return f;
 }
 
 void rdmalloc_verbs_init(void)
 {
-	reg_iova2_fn reg = (reg_iova2_fn)rdmalloc_verbs_real("ibv_reg_mr_iova2", "IBVERBS_1.8");
-	dereg_fn dereg = (dereg_fn)rdmalloc_verbs_real("ibv_dereg_mr", "IBVERBS_1.1");
-	if (!reg || !dereg) {
-		STAT_INC(fallbacks);
-		rdmalloc_log(RDMALLOC_LOG_WARN, "cannot bind libibverbs' ibv_reg_mr_iova2/ibv_dereg_mr (%s): "
-			     "rdmalloc calls them by name", dlerror());
+	if (lib.reg_mr_iova2)
+		return;
+	/* Never closed: the PDs and regions it makes live as long as we do. */
+	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(lib_why, sizeof(lib_why), "cannot load libibverbs.so.1: %s", dlerror());
 		return;
 	}
-	libibverbs_reg_mr_iova2 = reg;
-	libibverbs_dereg_mr = dereg;
+#define BIND_(field, name, version) (lib.field = (__typeof__(lib.field))dlvsym(h, name, version))
+	if (!BIND_(get_device_list, "ibv_get_device_list", "IBVERBS_1.1") ||
+	    !BIND_(free_device_list, "ibv_free_device_list", "IBVERBS_1.1") ||
+	    !BIND_(get_device_name, "ibv_get_device_name", "IBVERBS_1.1") ||
+	    !BIND_(open_device, "ibv_open_device", "IBVERBS_1.1") ||
+	    !BIND_(close_device, "ibv_close_device", "IBVERBS_1.1") ||
+	    !BIND_(alloc_pd, "ibv_alloc_pd", "IBVERBS_1.1") ||
+	    !BIND_(query_dev, "ibv_query_device", "IBVERBS_1.1") ||
+	    /* IBVERBS_1.1's takes the older struct, a prefix of today's */
+	    !BIND_(query_port, "ibv_query_port", "IBVERBS_1.1") ||
+	    !BIND_(dereg_mr, "ibv_dereg_mr", "IBVERBS_1.1") ||
+	    !BIND_(rereg_mr, "ibv_rereg_mr", "IBVERBS_1.1") ||
+	    /* last: it says the table is complete */
+	    !BIND_(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8")) {
+#undef BIND_
+		snprintf(lib_why, sizeof(lib_why), "libibverbs.so.1 lacks a function rdmalloc needs: %s",
+			 dlerror());
+		memset(&lib, 0, sizeof(lib));
+	}
+}
+
+static int bound(void)
+{
+	if (lib.reg_mr_iova2)
+		return 1;
+	errno = ENOSYS;
+	return 0;
 }
 
 static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	/* What ibv_reg_mr() expands to for flags that are not a constant. */
-	return libibverbs_reg_mr_iova2(pd, addr, len, (uintptr_t)addr, access);
+	return bound() ? lib.reg_mr_iova2(pd, addr, len, (uintptr_t)addr, access) : NULL;
 }
 
 static int real_dereg_mr(struct ibv_mr *mr)
 {
-	return libibverbs_dereg_mr(mr);
+	return bound() ? lib.dereg_mr(mr) : ENOSYS;
 }
 
 static int port_active(struct ibv_context *ctx)
 {
 	struct ibv_device_attr da;
-	if (ibv_query_device(ctx, &da))
+	if (lib.query_dev(ctx, &da))
 		return 0;
 	for (uint8_t p = 1; p <= da.phys_port_cnt; p++) {
 		struct ibv_port_attr pa;
-		if (ibv_query_port(ctx, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
+		memset(&pa, 0, sizeof(pa));
+		if (lib.query_port(ctx, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
 			return 1;
 	}
 	return 0;
@@ -74,8 +114,13 @@ static int port_active(struct ibv_context *ctx)
 
 static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t whylen)
 {
+	if (!bound()) {
+		snprintf(why, whylen, "%s", lib_why[0] ? lib_why : "libibverbs is not loaded");
+		errno = ENODEV;
+		return NULL;
+	}
 	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_device **list = lib.get_device_list(&n);
 	if (!list) {
 		if (errno == ENOSYS)
 			snprintf(why, whylen, "no RDMA device (the kernel has no RDMA support)");
@@ -93,27 +138,27 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 	else
 		snprintf(why, whylen, "no RDMA device has an active port");
 	for (int i = 0; i < n && !pd; i++) {
-		const char *name = ibv_get_device_name(list[i]);
+		const char *name = lib.get_device_name(list[i]);
 		if (*device && strcmp(name, device) != 0)
 			continue;
-		struct ibv_context *ctx = ibv_open_device(list[i]);
+		struct ibv_context *ctx = lib.open_device(list[i]);
 		if (!ctx) {
 			snprintf(why, whylen, "cannot open %s: %s", name, strerror(errno));
 			continue;
 		}
 		if (!*device && !port_active(ctx)) {
-			ibv_close_device(ctx);
+			lib.close_device(ctx);
 			continue;
 		}
-		pd = ibv_alloc_pd(ctx);
+		pd = lib.alloc_pd(ctx);
 		if (!pd) {
 			err = errno ? errno : ENOMEM;
 			snprintf(why, whylen, "ibv_alloc_pd on %s: %s", name, strerror(err));
-			ibv_close_device(ctx);
+			lib.close_device(ctx);
 		}
 		/* The context stays open for the life of the process. */
 	}
-	ibv_free_device_list(list);
+	lib.free_device_list(list);
 	if (!pd)
 		errno = err;
 	return pd;
@@ -121,9 +166,11 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 
 static int real_rereg_mr(struct ibv_mr *mr, unsigned int access, int *broken)
 {
-	errno = 0;
-	int rc = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, (int)access);
 	*broken = 0;
+	if (!bound())
+		return ENOSYS;
+	errno = 0;
+	int rc = lib.rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, (int)access);
 	if (rc == 0)
 		return 0;
 	if (rc > 0) /* some providers return an errno value */
@@ -171,9 +218,16 @@ static int real_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsi
 
 static int real_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 {
+	/* ibv_query_device_ex() without its fallback to ibv_query_device, which
+	 * has no ODP capabilities to report (and would be a call by name). */
+	struct verbs_context *vctx = verbs_get_ctx_op(pd->context, query_device_ex);
 	struct ibv_device_attr_ex a;
 	memset(&a, 0, sizeof(a));
-	int err = ibv_query_device_ex(pd->context, NULL, &a);
+	int err = vctx ? vctx->query_device_ex(pd->context, NULL, &a, sizeof(a)) : EOPNOTSUPP;
+	if (err == EOPNOTSUPP || err == ENOSYS) { /* the legacy query: no ODP */
+		memset(&a, 0, sizeof(a));
+		err = 0;
+	}
 	if (err)
 		return err;
 	*general = (uint32_t)a.odp_caps.general_caps;

@@ -57,8 +57,11 @@ struct rdmalloc_verbs_ops {
 /* Must be called before the library initialises (before any allocation).
  * The table is copied; NULL is the real one. */
 RDMALLOC_TESTABLE void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *ops);
-/* At initialisation: bind the real backend's registration calls to
- * libibverbs' own functions (not the drop-in's wrappers of them). */
+/* When RDMA is first needed (init.c), never inside a hook nor with a lock
+ * of ours but INIT held (dlopen takes the loader's lock, and mallocs): load
+ * libibverbs and bind the real backend's calls to its own functions (not
+ * the drop-in's wrappers of them).  If it cannot, they fail with ENOSYS
+ * and open_default_pd says why.  Idempotent. */
 void rdmalloc_verbs_init(void);
 /* libibverbs' own @name@@version (not an interposed one), or NULL. */
 void *rdmalloc_verbs_real(const char *name, const char *version);

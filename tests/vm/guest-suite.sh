@@ -23,6 +23,8 @@ run "real clients (ibv_rc_pingpong, perftest)" "$here/smoke.sh"
 # ibv_reg_mr calls elided where the heap's access flags allow.
 run "allocation ABI at random under the drop-in" env LD_PRELOAD="$build/preload/librdmalloc-preload.so" \
 	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/abi_random" 300000 4
+run "drop-in: RDMA up on first need, the default PD's keys from a malloc'd block" env \
+	LD_PRELOAD="$build/preload/librdmalloc-preload.so" RDMALLOC_LOG_LEVEL=error "$build/tests/preload/lazy_rdma" guest
 run "real clients under the drop-in (elision)" "$build/tests/preload/guest-clients.sh" "$build"
 run "drop-in heap shrinking and growing between phases of RDMA traffic" env \
 	LD_PRELOAD="$build/preload/librdmalloc-preload.so" RDMALLOC_PRELOAD_ACCESS=LOCAL_WRITE,REMOTE_WRITE \
