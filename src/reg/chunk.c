@@ -102,6 +102,7 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 			rdmalloc_relieve();
 			rdmalloc_chunk_lock();
 			held = rdmalloc_hold(want);
+			rdmalloc_relief_end_locked();
 			rdmalloc_chunk_unlock();
 			if (!held)
 				rdmalloc_log_limit(size);
@@ -131,8 +132,13 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	 * the fast path (addrmap.h): address space only, never touched. */
 	size_t tail = spec->auto_cache && !huge ? align_up(size, RDMALLOC_GRANULE) - size : 0;
 	void *p = map_chunk(size, tail, align, huge, &map_size, &kind);
-	if (!p && !for_r && rdmalloc_pressure(errno) && rdmalloc_relieve()) /* address space went back: once more */
-		p = map_chunk(size, tail, align, huge, &map_size, &kind);
+	if (!p && !for_r && rdmalloc_pressure(errno)) {
+		if (rdmalloc_relieve()) /* address space went back: once more */
+			p = map_chunk(size, tail, align, huge, &map_size, &kind);
+		int e = errno;
+		rdmalloc_relief_end();
+		errno = e;
+	}
 	if (p)
 		c->tail = tail;
 	if (!p) {
@@ -156,8 +162,14 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	c->spec = spec;
 	if (held) {
 		err = rdmalloc_register_steady(c, used);
-		if (err && !for_r && rdmalloc_pressure(err) && rdmalloc_relieve())
-			err = rdmalloc_register_steady(c, used); /* memory went back: once more */
+		if (err && !for_r && rdmalloc_pressure(err)) {
+			if (rdmalloc_relieve())
+				err = rdmalloc_register_steady(c, used); /* memory went back: once more */
+			if (err) /* the lock comes with success only */
+				rdmalloc_relief_end();
+			else
+				rdmalloc_relief_end_locked();
+		}
 		if (err && !plain_ok) {
 			if (!for_r)
 				rdmalloc_log_reg_failure(size, err);

@@ -64,9 +64,17 @@ void rdmalloc_log_reg_failure(size_t size, int err);
 /* Whether @err is one that giving memory back may cure (the thread
  * remembers it, tls.h).  No lock needed. */
 int rdmalloc_pressure(int err);
-/* Give memory back under pressure: the reserves first, then idle chunks.
- * Non-zero when something went.  No lock held. */
+/*
+ * Give memory back under pressure: the reserves first (they are nobody's
+ * yet), then idle chunks.  Non-zero when something went.  No lock held.
+ * Until the caller's rdmalloc_relief_end() (no lock held) or
+ * rdmalloc_relief_end_locked() (chunk lock held), which it calls once
+ * after its retry, whether it retried or not, the reserves' thread starts
+ * no chunk: what went back is the retry's (issue 23, item 4).
+ */
 size_t rdmalloc_relieve(void);
+void rdmalloc_relief_end(void);
+void rdmalloc_relief_end_locked(void);
 /* Why a registration was refused, for a log line: @err is EDQUOT for
  * RDMALLOC_MAX_REGISTERED, else the errno of ibv_reg_mr (the memlock
  * limit named for ENOMEM and EAGAIN).  The thread's own buffer. */

@@ -68,28 +68,35 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	}
 	/* Its first registration holds it under RDMALLOC_MAX_REGISTERED; under
 	 * pressure, idle chunks and reserves go first, then once more. */
-	int first = !c->held;
-	for (int relieved = 0; first && !rdmalloc_hold(c->map_size); relieved = 1) {
+	int first = !c->held, relieved = 0;
+	for (; first && !rdmalloc_hold(c->map_size); relieved = 1) {
 		rdmalloc_chunk_unlock();
 		if (relieved || !rdmalloc_relieve()) {
+			rdmalloc_relief_end();
 			rdmalloc_log_limit(c->size);
 			STAT_INC(demand_refusals);
 			return ENOMEM;
 		}
 		rdmalloc_chunk_lock();
 		if ((err = settle(c, pd, &s))) {
+			rdmalloc_relief_end_locked();
 			rdmalloc_chunk_unlock();
 			return err == 1 ? 0 : err;
 		}
 		first = !c->held;
 	}
+	if (relieved)
+		rdmalloc_relief_end_locked();
 	c->held = 1; /* from now on no discard starts: rdmalloc_chunk_decommit */
 	c->busy++;
 	rdmalloc_chunk_unlock();
 
 	err = rdmalloc_region_register(c, (unsigned)s, pd);
-	if (err && rdmalloc_pressure(err) && rdmalloc_relieve())
-		err = rdmalloc_region_register(c, (unsigned)s, pd); /* memory went back: once more */
+	if (err && rdmalloc_pressure(err)) {
+		if (rdmalloc_relieve())
+			err = rdmalloc_region_register(c, (unsigned)s, pd); /* memory went back: once more */
+		rdmalloc_relief_end();
+	}
 
 	rdmalloc_chunk_lock();
 	c->busy--;

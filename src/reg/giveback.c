@@ -165,8 +165,14 @@ static int take_back(struct rdmalloc_chunk *c)
 {
 	unsigned used = 0;
 	int err = rdmalloc_register_steady(c, &used);
-	if (err && rdmalloc_pressure(err) && rdmalloc_relieve())
-		err = rdmalloc_register_steady(c, &used);
+	if (err && rdmalloc_pressure(err)) {
+		if (rdmalloc_relieve())
+			err = rdmalloc_register_steady(c, &used);
+		if (err) /* the lock comes with success only */
+			rdmalloc_relief_end();
+		else
+			rdmalloc_relief_end_locked();
+	}
 	if (err) {
 		rdmalloc_log_reg_failure(c->size, err);
 		int kept = rdmalloc_region_deregister_all(c) != 0;
@@ -193,19 +199,23 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 	struct rdmalloc_chunk *c = hooked(addr, len, "commit");
 	/* Settled (not being given or taken back by another thread), and a
 	 * given-back one held under the limit: idle chunks go first, once. */
-	for (int relieved = 0;; relieved = 1) {
+	int relieved = 0;
+	for (;; relieved = 1) {
 		while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
 			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 		if (c->state != RDMALLOC_CHUNK_GONE || rdmalloc_hold(c->map_size))
 			break;
 		rdmalloc_chunk_unlock();
 		if (relieved) {
+			rdmalloc_relief_end();
 			rdmalloc_log_limit(c->size);
 			return ENOMEM;
 		}
 		rdmalloc_relieve();
 		rdmalloc_chunk_lock();
 	}
+	if (relieved)
+		rdmalloc_relief_end_locked();
 	if (c->state == RDMALLOC_CHUNK_QUARANTINED) {
 		rdmalloc_chunk_unlock();
 		return ENOMEM; /* jemalloc uses other memory */

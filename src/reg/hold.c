@@ -13,6 +13,7 @@
 
 #include "compiler.h"
 #include "counters.h"
+#include "fault.h"
 #include "lock.h"
 #include "log.h"
 #include "options.h"
@@ -89,10 +90,31 @@ int rdmalloc_pressure(int err)
 	return p;
 }
 
-/* Give memory back under pressure: the reserves first (they are nobody's
- * yet), then idle chunks.  Non-zero when something went.  No lock held. */
 size_t rdmalloc_relieve(void)
 {
+	rdmalloc_reserves_hold_off();
+	rdmalloc_chunk_lock();
+	size_t before = rdmalloc_held_bytes;
+	rdmalloc_chunk_unlock();
 	size_t bytes = rdmalloc_reserves_drop(1);
-	return bytes + rdmalloc_give_back_idle(NULL, 0);
+	bytes += rdmalloc_give_back_idle(NULL, 0);
+	rdmalloc_chunk_lock();
+	size_t after = rdmalloc_held_bytes;
+	rdmalloc_chunk_unlock();
+	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_RELIEVED);
+	/* A fill cancelled under way released what it held without being
+	 * counted as dropped: held bytes that went count as relief too. */
+	return bytes + (after < before ? before - after : 0);
+}
+
+void rdmalloc_relief_end(void)
+{
+	rdmalloc_chunk_lock();
+	rdmalloc_reserves_resume_locked();
+	rdmalloc_chunk_unlock();
+}
+
+void rdmalloc_relief_end_locked(void)
+{
+	rdmalloc_reserves_resume_locked();
 }

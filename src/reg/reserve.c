@@ -42,6 +42,7 @@ static unsigned fills;                              /* chunks being made or drop
 static uint64_t (*tick_fn)(void);                 /* the heap layer's decay tick */
 static uint64_t tick_at;                           /* when it runs next (UINT64_MAX: never) */
 static int forking; /* fork() is under way: the thread starts no work (rdmalloc_reserves_fork_prepare) */
+static unsigned relieving; /* allocations between a relief and their retry: no fill starts */
 
 /* jemalloc's page size classes: multiples of the page up to 4 pages, then
  * 4 per doubling.  The class below or at @s (@up 0) or the next one above
@@ -221,7 +222,7 @@ static void *registrar(void *arg)
 	pthread_setname_np(pthread_self(), "rdmalloc-reserv"); /* 15 characters: the kernel's limit */
 	rdmalloc_chunk_lock();
 	for (;;) {
-		if (forking) {
+		if (forking || relieving) {
 			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
 			continue;
@@ -327,6 +328,19 @@ size_t rdmalloc_reserves_drop(int wait)
 	}
 }
 
+void rdmalloc_reserves_hold_off(void)
+{
+	rdmalloc_chunk_lock();
+	relieving++;
+	rdmalloc_chunk_unlock();
+}
+
+void rdmalloc_reserves_resume_locked(void)
+{
+	if (--relieving == 0)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+}
+
 void rdmalloc_reserves_settle(void)
 {
 	rdmalloc_chunk_lock();
@@ -355,6 +369,7 @@ void rdmalloc_reserves_fork_parent(void)
 size_t rdmalloc_reserves_forget(void)
 {
 	forking = 0;
+	relieving = 0; /* the forking thread was not relieving: other threads' reliefs are not the child's */
 	tick_at = 0; /* the child's thread, if it starts one, ticks at once */
 	size_t held = 0;
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {

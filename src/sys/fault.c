@@ -153,6 +153,21 @@ int rdmalloc_fault_enabled(void)
 	return 1;
 }
 
+static void (*_Atomic pauses[RDMALLOC_PAUSE_POINTS])(void);
+
+void rdmalloc_fault_pause(enum rdmalloc_pause_point at)
+{
+	void (*fn)(void) = atomic_load_explicit(&pauses[at], memory_order_acquire);
+	if (fn)
+		fn();
+}
+
+void rdmalloc_fault_set_pause(enum rdmalloc_pause_point at, void (*fn)(void))
+{
+	if ((unsigned)at < RDMALLOC_PAUSE_POINTS)
+		atomic_store_explicit(&pauses[at], fn, memory_order_release);
+}
+
 #else
 
 /* ISO C wants a translation unit to declare something. */

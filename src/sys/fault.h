@@ -16,6 +16,11 @@
  *  MMAP      the mmap of an ordinary chunk in rdmalloc_os_map_aligned() (os.c);
  *  HUGEPAGE  the mmap of an explicit huge-page chunk in hugetlb_map()
  *            (hugepage.c): a failure falls back as doc/modes.md says.
+ *
+ * Pause points, where a test runs a function of its own in the library's
+ * thread (to widen a race window), holding no lock of ours:
+ *  RELIEVED  rdmalloc_relieve() (hold.c), after memory went back and
+ *            before the caller's retry.
  */
 #ifndef RDMALLOC_FAULT_H
 #define RDMALLOC_FAULT_H
@@ -33,7 +38,15 @@ enum rdmalloc_fault_site {
 	RDMALLOC_FAULT_SITES
 };
 
+enum rdmalloc_pause_point { RDMALLOC_PAUSE_RELIEVED = 0, RDMALLOC_PAUSE_POINTS };
+
 #ifdef RDMALLOC_FAULT_INJECTION
+
+/* At a pause point: run the test's function, if one is set. */
+void rdmalloc_fault_pause(enum rdmalloc_pause_point at);
+/* Run @fn at @at from now on (NULL: nothing). */
+RDMALLOC_TESTABLE void rdmalloc_fault_set_pause(enum rdmalloc_pause_point at, void (*fn)(void));
+#define RDMALLOC_TEST_PAUSE(at) rdmalloc_fault_pause(at)
 
 /* At a site: 0 to go on, or the errno value the call must fail with.
  * @addr/@len describe the call (recorded for the tests). */
@@ -76,6 +89,7 @@ RDMALLOC_TESTABLE int rdmalloc_fault_enabled(void);
 #else
 
 #define rdmalloc_fault_hit(site, addr, len) 0
+#define RDMALLOC_TEST_PAUSE(at) ((void)0)
 
 #endif
 

@@ -27,6 +27,10 @@
  * chunks whose registration failed.
  */
 #include "fault_util.h"
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include "heap.h"
 
 #include <criterion/redirect.h>
@@ -723,5 +727,92 @@ Test(fault, mmap_enomem_gives_back_and_retries)
 	cr_assert_gt(fu_stats().chunks_given_back, back, "nothing was given back before the second try");
 	rdma_free(q);
 	cr_assert_eq(rdma_heap_destroy(other), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/*
+ * Issue 23, item 4: memory given back under pressure is the retry's.
+ * Between a relief and its retry, another heap's growth queues a reserve
+ * chunk; the reserves' thread must not make it before the retry (it would
+ * take what went back for it: a refusal where memory had been freed).
+ * The pause point holds the window open: inside it the other heap grows,
+ * then the backend's registrations are counted for 300 ms.
+ */
+static sem_t relief_go, relief_grown;
+static atomic_int relief_paused;
+static struct rdma_malloc_stats relief_in, relief_out;
+static rdma_heap_t *relief_other;
+
+static void *relief_grow_other(void *arg)
+{
+	(void)arg;
+	sem_wait(&relief_go);
+	for (int i = 0; i < 96; i++) /* 3 MiB of blocks: growths, and their reserves queued */
+		if (!rdma_heap_malloc(relief_other, 32 << 10))
+			break;
+	sem_post(&relief_grown);
+	return NULL;
+}
+
+/* The stats without fu_stats()'s wait for the reserves' thread, which
+ * waits for this very relief. */
+static struct rdma_malloc_stats relief_stats(void)
+{
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	rdma_malloc_stats_get(&st);
+	return st;
+}
+
+static void relief_pause(void)
+{
+	if (atomic_exchange(&relief_paused, 1))
+		return;
+	relief_in = relief_stats();
+	sem_post(&relief_go);
+	sem_wait(&relief_grown);
+	usleep(300 * 1000); /* time for the reserves' thread to make what was queued */
+	relief_out = relief_stats();
+}
+
+Test(fault, relief_holds_reserves_off_until_the_retry, .timeout = 60)
+{
+	fake_verbs_install(1);
+	enum { MiB = 1 << 20 };
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = -1 });
+	relief_other = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = -1 });
+	cr_assert(h && relief_other);
+	for (int i = 0; i < 64; i++) /* the other heap has grown: a reserve of it ready, for the relief to drop */
+		cr_assert(rdma_heap_malloc(relief_other, 32 << 10));
+	sem_init(&relief_go, 0, 0);
+	sem_init(&relief_grown, 0, 0);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, relief_grow_other, NULL), 0);
+	cr_assert_gt(fu_stats().reserve_chunks, 0, "no reserve ready: the relief would give nothing back");
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_RELIEVED, relief_pause);
+	rdmalloc_fault_arm(RDMALLOC_FAULT_MMAP, 1, 1, ENOMEM);
+	void *q = rdma_heap_malloc(h, 8 * MiB);
+	int q_errno = errno;
+	unsigned long faults = rdmalloc_fault_injected(RDMALLOC_FAULT_MMAP);
+	rdmalloc_fault_disarm_all();
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_RELIEVED, NULL);
+	if (!atomic_load(&relief_paused))
+		sem_post(&relief_go); /* the thread is not left waiting */
+	pthread_join(t, NULL);
+	cr_assert_eq(faults, 1, "the mapping was not refused: the test tried nothing");
+	cr_assert(atomic_load(&relief_paused), "no relief ran: the test tried nothing");
+	cr_assert(q, "the retry after the relief failed: %s", strerror(q_errno));
+	cr_assert_gt(relief_out.chunks, relief_in.chunks, "the other heap did not grow during the relief");
+	cr_assert(relief_in.reserve_chunks == 0 && relief_out.reserve_chunks == 0 &&
+			  relief_out.reserve_hits == relief_in.reserve_hits &&
+			  relief_out.reserve_waits == relief_in.reserve_waits,
+		  "the reserves' thread made chunks between a relief and its retry: ready %llu then %llu, "
+		  "%llu handed over, %llu waited for",
+		  (unsigned long long)relief_in.reserve_chunks, (unsigned long long)relief_out.reserve_chunks,
+		  (unsigned long long)(relief_out.reserve_hits - relief_in.reserve_hits),
+		  (unsigned long long)(relief_out.reserve_waits - relief_in.reserve_waits));
+	struct rdma_malloc_stats st = fu_stats();
+	cr_assert_gt(st.reserve_chunks, 0, "the reserve queued during the relief was never made");
+	rdma_free(q);
+	cr_assert_eq(rdma_heap_destroy(relief_other), 0);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
