@@ -42,8 +42,14 @@ struct ibv_mr;
 struct ibv_qp;
 struct ibv_mw;
 
+/*
+ * The version of this header; rdma_malloc_version() tells the library's.
+ * The ABI and how it may change between versions: doc/abi.md.  A function
+ * added after 0.1 says "Since 0.N" in its comment.
+ */
 #define RDMA_MALLOC_VERSION_MAJOR 0
-#define RDMA_MALLOC_VERSION_MINOR 1
+#define RDMA_MALLOC_VERSION_MINOR 2
+#define RDMA_MALLOC_VERSION_PATCH 0
 
 #if defined(__GNUC__)
 #define RDMA_MALLOC_ATTR_MALLOC __attribute__((malloc))
@@ -108,6 +114,16 @@ void rdma_free(void *ptr);
 
 /** rdma_malloc_usable_size - bytes usable at @ptr (0 for NULL). */
 size_t rdma_malloc_usable_size(const void *ptr);
+
+/**
+ * rdma_malloc_version - the version of the library the program runs with
+ * (which may be newer than the header it was built with).  Since 0.2.
+ *
+ * @major, @minor, @patch: set to its parts, each may be NULL.
+ * Return: the version as a string, e.g. "0.2.0"; never NULL.  Needs no
+ * initialisation: it opens no device and allocates nothing.
+ */
+const char *rdma_malloc_version(unsigned int *major, unsigned int *minor, unsigned int *patch);
 
 /*
  * Giving memory back (doc/design.md, "Giving memory back").  A region
@@ -240,6 +256,15 @@ int rdma_malloc_detach_pd(struct ibv_pd *pd);
 
 typedef struct rdma_heap rdma_heap_t;
 
+/*
+ * How this struct grows (doc/abi.md): fields are only appended.
+ * rdma_heap_create() is a macro that hands the library the size of the
+ * struct the program was compiled with (rdma_heap_create_sized()): the
+ * library reads the fields that size covers and takes 0 (the default) for
+ * the others, so a program built against an older header keeps its
+ * meaning; bytes past the struct this library knows must be 0 (a newer
+ * program asking for something this library cannot do is refused).
+ */
 struct rdma_heap_attr {
 	/** IBV_ACCESS_* flags every chunk of the heap is registered with. */
 	unsigned int access;
@@ -251,8 +276,10 @@ struct rdma_heap_attr {
 	 * -1 for never (only rdma_malloc_trim() gives back), else 1 to
 	 * 1000000000 (1 is as near "at once" as a heap can ask; the option
 	 * takes 0).  Ignored by RDMA_HEAP_ODP heaps, which pin nothing.
-	 * The struct grew by this field: a program built against a header
-	 * without it must be rebuilt.
+	 * Read since 0.2, through rdma_heap_create_sized(): a program built
+	 * against a 0.1 header calls the 0.1 function rdma_heap_create(),
+	 * which reads access and flags only (0.1 could not tell a struct
+	 * with this field from one without it) and applies RDMALLOC_DECAY_MS.
 	 */
 	long decay_ms;
 };
@@ -307,7 +334,12 @@ struct rdma_heap_attr {
 /**
  * rdma_heap_create - a new heap.
  *
- * @attr NULL gives the default heap's access flags (and no flags).
+ * A macro: rdma_heap_create_sized(@attr, sizeof(struct rdma_heap_attr)).
+ * The function of that name is the 0.1 one, kept for programs built
+ * against a 0.1 header (see struct rdma_heap_attr); taking its address
+ * gets that function, so a program that needs a pointer uses
+ * rdma_heap_create_sized().
+ * * @attr NULL gives the default heap's access flags (and no flags).
  * Return: the heap, or NULL with errno EINVAL (unknown access bits, remote
  * write or atomic access without LOCAL_WRITE, decay_ms out of range, a flag other than the
  * RDMA_HEAP_* bits, ODP with HUGEPAGES, ODP_IMPLICIT without ODP or with
@@ -317,6 +349,19 @@ struct rdma_heap_attr {
  * heaps alive, or jemalloc has no arena left).
  */
 rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
+
+/**
+ * rdma_heap_create_sized - rdma_heap_create() with the size of @attr's
+ * struct as the program knows it.  Since 0.2.
+ *
+ * @attr_size: at least offsetof(struct rdma_heap_attr, decay_ms) (access
+ * and flags), else EINVAL; fields past it are taken as 0; bytes past this
+ * library's struct must be 0, else EINVAL.  Ignored when @attr is NULL.
+ * Return: as rdma_heap_create().
+ */
+rdma_heap_t *rdma_heap_create_sized(const struct rdma_heap_attr *attr, size_t attr_size);
+/* Variadic, so that a compound literal's commas pass through. */
+#define rdma_heap_create(...) rdma_heap_create_sized((__VA_ARGS__), sizeof(struct rdma_heap_attr))
 
 /**
  * rdma_heap_destroy - free every allocation of @heap at once, deregister and
@@ -549,12 +594,24 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(reserve_chunks, gauge, "reserve chunks ready: held (counted in chunks) and registered, not yet jemalloc's") \
 	X(reserve_bytes, gauge, "bytes in reserve chunks ready (counted in chunk_bytes)")
 
+/*
+ * How the stats grow (doc/abi.md): fields are only appended to the list
+ * above, never removed, reordered or given another meaning, so a program
+ * built against an older header (a smaller struct, the same version) keeps
+ * working: the library fills the fields its size covers.  The version
+ * changes only if a field had to change its meaning; a library refuses a
+ * version it does not know.
+ */
 #define RDMA_MALLOC_STATS_VERSION 1
 
 struct rdma_malloc_stats {
 	/** Set by the caller to RDMA_MALLOC_STATS_VERSION. */
 	uint32_t version;
-	/** Set by the caller to sizeof(struct rdma_malloc_stats). */
+	/**
+	 * Set by the caller to sizeof(struct rdma_malloc_stats); on return,
+	 * the bytes the library filled (the smaller of that and its own
+	 * struct's size): fields past it are unknown to the library, and 0.
+	 */
 	uint32_t size;
 #define RDMA_MALLOC_STATS_MEMBER_(name, kind, desc) uint64_t name;
 	RDMA_MALLOC_STATS_FIELDS(RDMA_MALLOC_STATS_MEMBER_)
@@ -563,7 +620,11 @@ struct rdma_malloc_stats {
 
 /**
  * rdma_malloc_stats_get - fill @stats (version and size set by the caller).
- * Return: 0, or EINVAL for a NULL @stats or an unknown version/size.
+ *
+ * Fills the fields that @stats->size covers, zeroes the rest of it, and
+ * sets @stats->size to the bytes filled (see struct rdma_malloc_stats).
+ * Return: 0, or EINVAL for a NULL @stats, an unknown version, or a size
+ * that is less than 8 or not a multiple of 8.
  */
 int rdma_malloc_stats_get(struct rdma_malloc_stats *stats);
 

@@ -3,6 +3,7 @@
  * counters (sys/counters.c) and the values derived from heaps and PDs. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "compiler.h"
@@ -21,16 +22,27 @@ static void snapshot(struct rdma_malloc_stats *st)
 	st->live_bytes = rdmalloc_heap_live_bytes();
 }
 
+/* The version and size words, before the first field. */
+#define STATS_HEAD offsetof(struct rdma_malloc_stats, chunks)
+
+/*
+ * The struct grows by appending (include/rdma_malloc.h, doc/abi.md): a
+ * program built against an older header passes a smaller size and gets
+ * the fields it knows; a newer one, a larger size, and zeroes past ours.
+ */
 RDMA_EXPORT int rdma_malloc_stats_get(struct rdma_malloc_stats *st)
 {
-	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size != sizeof(*st))
+	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size < STATS_HEAD ||
+	    st->size % sizeof(uint64_t))
 		return EINVAL;
 	rdmalloc_init();
-	uint32_t v = st->version, sz = st->size;
-	memset(st, 0, sizeof(*st));
-	snapshot(st);
-	st->version = v;
-	st->size = sz;
+	size_t size = st->size, fill = size < sizeof(*st) ? size : sizeof(*st);
+	struct rdma_malloc_stats all = { 0 };
+	snapshot(&all);
+	memcpy((char *)st + STATS_HEAD, (const char *)&all + STATS_HEAD, fill - STATS_HEAD);
+	if (size > fill)
+		memset((char *)st + fill, 0, size - fill);
+	st->size = (uint32_t)fill;
 	return 0;
 }
 
