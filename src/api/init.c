@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include "fork.h"
 #include "heap.h"
 #include "hooks.h"
@@ -54,6 +56,7 @@ static void init_once(void)
 {
 	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
 	rdmalloc_options_parse(&rdmalloc_opts, env);
+	rdmalloc_options_warn_unknown(environ);
 	if (!rdmalloc_heap_jemalloc_retains())
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
