@@ -624,7 +624,7 @@ struct rdma_malloc_stats {
  * Fills the fields that @stats->size covers, zeroes the rest of it, and
  * sets @stats->size to the bytes filled (see struct rdma_malloc_stats).
  * Return: 0, or EINVAL for a NULL @stats, an unknown version, or a size
- * that is less than 8 or not a multiple of 8.
+ * that holds no field (less than 16) or is not a multiple of 8.
  */
 int rdma_malloc_stats_get(struct rdma_malloc_stats *stats);
 

@@ -32,7 +32,7 @@ static void snapshot(struct rdma_malloc_stats *st)
  */
 RDMA_EXPORT int rdma_malloc_stats_get(struct rdma_malloc_stats *st)
 {
-	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size < STATS_HEAD ||
+	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size < STATS_HEAD + sizeof(uint64_t) ||
 	    st->size % sizeof(uint64_t))
 		return EINVAL;
 	rdmalloc_init();

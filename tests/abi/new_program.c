@@ -52,8 +52,8 @@ int main(int argc, char **argv)
 		zero &= buf[i] == 0;
 	check(zero, "fields the library does not know are 0");
 	st->version = RDMA_MALLOC_STATS_VERSION;
-	st->size = 4;
-	check(rdma_malloc_stats_get(st) == EINVAL, "a size short of the first field is EINVAL");
+	st->size = 8;
+	check(rdma_malloc_stats_get(st) == EINVAL, "a size that holds no field is EINVAL");
 	st->size = sizeof(struct rdma_malloc_stats) - 4;
 	check(rdma_malloc_stats_get(st) == EINVAL, "a size that is not whole fields is EINVAL");
 	st->version = 2;
