@@ -540,6 +540,9 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
  *
  * Every counter is defined once, here.  X(name, kind, description) where
  * kind is "gauge" (a current value) or "counter" (a total since start).
+ * The name gives the unit the text report prints: a name ending in _bytes
+ * or starting with bytes_ counts bytes, one ending in _ns nanoseconds;
+ * any other is a plain count.  New fields go at the end (doc/abi.md).
  * ------------------------------------------------------------------------ */
 
 #define RDMA_MALLOC_STATS_FIELDS(X)                                                  \
@@ -629,8 +632,16 @@ struct rdma_malloc_stats {
 int rdma_malloc_stats_get(struct rdma_malloc_stats *stats);
 
 enum rdma_malloc_stats_format {
+	/* For people: a header line (library version, pid, program), then
+	 * one row per field that is not 0, with units (KiB, MiB, µs, ms...
+	 * from the field's name: *_bytes and bytes_* are bytes, *_ns
+	 * nanoseconds), values in one aligned column. */
 	RDMA_MALLOC_STATS_TEXT = 0,
+	/* One JSON object on one line: every field, raw, then "pid",
+	 * "program" and "library_version". */
 	RDMA_MALLOC_STATS_JSON = 1,
+	/* Or'ed into RDMA_MALLOC_STATS_TEXT: the rows that are 0 too.  Since 0.2. */
+	RDMA_MALLOC_STATS_ALL_ROWS = 1 << 8,
 };
 
 /**

@@ -7,6 +7,9 @@
 
 extern atomic_int rdmalloc_ready;
 void rdmalloc_init_slow(void);
+/* At initialisation: print the stats at exit if RDMALLOC_STATS asks
+ * (stats_exit.c). */
+void rdmalloc_stats_at_exit(void);
 
 /* Every public entry point that needs the library calls this first. */
 static inline void rdmalloc_init(void)

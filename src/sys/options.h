@@ -33,6 +33,10 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "ms free pages stay before idle chunks are given back (-1: never, 0: at once)") \
 	X(STATS, stats, stats, "0",                                              \
 	  "print stats at exit: 0, 1 (text) or json")                            \
+	X(STATS_ALL, stats_all, bool, "0",                                       \
+	  "the text stats show the rows that are 0 too: 0 or 1")                 \
+	X(STATS_FILE, stats_file, path, "",                                      \
+	  "file the stats at exit are appended to, %p the pid, %h the host (empty: standard error)") \
 	X(HUGEPAGES, hugepages, bool, "0",                                       \
 	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")             \
 	X(RESERVE, reserve, bool, "1",                                           \
@@ -47,6 +51,7 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 #define RDMALLOC_OTHER_NAMES "PRELOAD_LIB", "VM_", "BUILD_ROOT", "FUZZ_", "E2E_", "JOB_NOTED"
 
 #define RDMALLOC_DEVICE_NAME_MAX 64
+#define RDMALLOC_PATH_MAX 256 /* RDMALLOC_STATS_FILE */
 #define RDMALLOC_ARENAS_MAX 16 /* RDMALLOC_PRELOAD_ARENAS */
 #define RDMALLOC_DECAY_MS_MAX 1000000000L /* RDMALLOC_DECAY_MS: about 11 days */
 
@@ -60,6 +65,8 @@ struct rdmalloc_options {
 	size_t max_registered;
 	long decay_ms;
 	int stats;
+	int stats_all;
+	char stats_file[RDMALLOC_PATH_MAX];
 	int hugepages;
 	int reserve;
 };
