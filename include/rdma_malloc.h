@@ -42,8 +42,14 @@ struct ibv_mr;
 struct ibv_qp;
 struct ibv_mw;
 
+/*
+ * The version of this header; rdma_malloc_version() tells the library's.
+ * The ABI and how it may change between versions: doc/abi.md.  A function
+ * added after 0.1 says "Since 0.N" in its comment.
+ */
 #define RDMA_MALLOC_VERSION_MAJOR 0
-#define RDMA_MALLOC_VERSION_MINOR 1
+#define RDMA_MALLOC_VERSION_MINOR 2
+#define RDMA_MALLOC_VERSION_PATCH 0
 
 #if defined(__GNUC__)
 #define RDMA_MALLOC_ATTR_MALLOC __attribute__((malloc))
@@ -108,6 +114,16 @@ void rdma_free(void *ptr);
 
 /** rdma_malloc_usable_size - bytes usable at @ptr (0 for NULL). */
 size_t rdma_malloc_usable_size(const void *ptr);
+
+/**
+ * rdma_malloc_version - the version of the library the program runs with
+ * (which may be newer than the header it was built with).  Since 0.2.
+ *
+ * @major, @minor, @patch: set to its parts, each may be NULL.
+ * Return: the version as a string, e.g. "0.2.0"; never NULL.  Needs no
+ * initialisation: it opens no device and allocates nothing.
+ */
+const char *rdma_malloc_version(unsigned int *major, unsigned int *minor, unsigned int *patch);
 
 /*
  * Giving memory back (doc/design.md, "Giving memory back").  A region
@@ -265,6 +281,15 @@ int rdma_malloc_detach_pd(struct ibv_pd *pd);
 
 typedef struct rdma_heap rdma_heap_t;
 
+/*
+ * How this struct grows (doc/abi.md): fields are only appended.
+ * rdma_heap_create() is a macro that hands the library the size of the
+ * struct the program was compiled with (rdma_heap_create_sized()): the
+ * library reads the fields that size covers and takes 0 (the default) for
+ * the others, so a program built against an older header keeps its
+ * meaning; bytes past the struct this library knows must be 0 (a newer
+ * program asking for something this library cannot do is refused).
+ */
 struct rdma_heap_attr {
 	/** IBV_ACCESS_* flags every chunk of the heap is registered with. */
 	unsigned int access;
@@ -276,8 +301,10 @@ struct rdma_heap_attr {
 	 * -1 for never (only rdma_malloc_trim() gives back), else 1 to
 	 * 1000000000 (1 is as near "at once" as a heap can ask; the option
 	 * takes 0).  Ignored by RDMA_HEAP_ODP heaps, which pin nothing.
-	 * The struct grew by this field: a program built against a header
-	 * without it must be rebuilt.
+	 * Read since 0.2, through rdma_heap_create_sized(): a program built
+	 * against a 0.1 header calls the 0.1 function rdma_heap_create(),
+	 * which reads access and flags only (0.1 could not tell a struct
+	 * with this field from one without it) and applies RDMALLOC_DECAY_MS.
 	 */
 	long decay_ms;
 };
@@ -332,6 +359,11 @@ struct rdma_heap_attr {
 /**
  * rdma_heap_create - a new heap.
  *
+ * A macro: rdma_heap_create_sized(@attr, sizeof(struct rdma_heap_attr)).
+ * The function of that name is the 0.1 one, kept for programs built
+ * against a 0.1 header (see struct rdma_heap_attr); taking its address
+ * gets that function, so a program that needs a pointer uses
+ * rdma_heap_create_sized().
  * @attr NULL gives the default heap's access flags (and no flags).
  * Return: the heap, or NULL with errno EINVAL (unknown access bits, remote
  * write or atomic access without LOCAL_WRITE, decay_ms out of range, a flag other than the
@@ -342,6 +374,19 @@ struct rdma_heap_attr {
  * heaps alive, or jemalloc has no arena left).
  */
 rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
+
+/**
+ * rdma_heap_create_sized - rdma_heap_create() with the size of @attr's
+ * struct as the program knows it.  Since 0.2.
+ *
+ * @attr_size: at least offsetof(struct rdma_heap_attr, decay_ms) (access
+ * and flags), else EINVAL; fields past it are taken as 0; bytes past this
+ * library's struct must be 0, else EINVAL.  Ignored when @attr is NULL.
+ * Return: as rdma_heap_create().
+ */
+rdma_heap_t *rdma_heap_create_sized(const struct rdma_heap_attr *attr, size_t attr_size);
+/* Variadic, so that a compound literal's commas pass through. */
+#define rdma_heap_create(...) rdma_heap_create_sized((__VA_ARGS__), sizeof(struct rdma_heap_attr))
 
 /**
  * rdma_heap_destroy - free every allocation of @heap at once, deregister and
@@ -523,6 +568,9 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
  *
  * Every counter is defined once, here.  X(name, kind, description) where
  * kind is "gauge" (a current value) or "counter" (a total since start).
+ * The name gives the unit the text report prints: a name ending in _bytes
+ * or starting with bytes_ counts bytes, one ending in _ns nanoseconds;
+ * any other is a plain count.  New fields go at the end (doc/abi.md).
  * ------------------------------------------------------------------------ */
 
 #define RDMA_MALLOC_STATS_FIELDS(X)                                                  \
@@ -590,12 +638,24 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(big_suspensions, counter, "times a heap's big blocks churned (sizes that never repeat: freed ones released unused) so that its next 4096 went to jemalloc's chunks") \
 	X(idle_cache_flushes, counter, "thread caches flushed because their thread had not used their heap for its decay time (the blocks they held kept chunks registered)")
 
+/*
+ * How the stats grow (doc/abi.md): fields are only appended to the list
+ * above, never removed, reordered or given another meaning, so a program
+ * built against an older header (a smaller struct, the same version) keeps
+ * working: the library fills the fields its size covers.  The version
+ * changes only if a field had to change its meaning; a library refuses a
+ * version it does not know.
+ */
 #define RDMA_MALLOC_STATS_VERSION 1
 
 struct rdma_malloc_stats {
 	/** Set by the caller to RDMA_MALLOC_STATS_VERSION. */
 	uint32_t version;
-	/** Set by the caller to sizeof(struct rdma_malloc_stats). */
+	/**
+	 * Set by the caller to sizeof(struct rdma_malloc_stats); on return,
+	 * the bytes the library filled (the smaller of that and its own
+	 * struct's size): fields past it are unknown to the library, and 0.
+	 */
 	uint32_t size;
 #define RDMA_MALLOC_STATS_MEMBER_(name, kind, desc) uint64_t name;
 	RDMA_MALLOC_STATS_FIELDS(RDMA_MALLOC_STATS_MEMBER_)
@@ -604,13 +664,25 @@ struct rdma_malloc_stats {
 
 /**
  * rdma_malloc_stats_get - fill @stats (version and size set by the caller).
- * Return: 0, or EINVAL for a NULL @stats or an unknown version/size.
+ *
+ * Fills the fields that @stats->size covers, zeroes the rest of it, and
+ * sets @stats->size to the bytes filled (see struct rdma_malloc_stats).
+ * Return: 0, or EINVAL for a NULL @stats, an unknown version, or a size
+ * that holds no field (less than 16) or is not a multiple of 8.
  */
 int rdma_malloc_stats_get(struct rdma_malloc_stats *stats);
 
 enum rdma_malloc_stats_format {
+	/* For people: a header line (library version, pid, program), then
+	 * one row per field that is not 0, with units (KiB, MiB, µs, ms...
+	 * from the field's name: *_bytes and bytes_* are bytes, *_ns
+	 * nanoseconds), values in one aligned column. */
 	RDMA_MALLOC_STATS_TEXT = 0,
+	/* One JSON object on one line: every field, raw, then "pid",
+	 * "program" and "library_version". */
 	RDMA_MALLOC_STATS_JSON = 1,
+	/* Or'ed into RDMA_MALLOC_STATS_TEXT: the rows that are 0 too.  Since 0.2. */
+	RDMA_MALLOC_STATS_ALL_ROWS = 1 << 8,
 };
 
 /**

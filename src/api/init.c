@@ -22,6 +22,8 @@
 #include "rdma_malloc.h"
 #include "verbs.h"
 
+extern char **environ;
+
 atomic_int rdmalloc_ready;
 atomic_int rdmalloc_core_ready;
 /* The INIT lock (lock.h) is held across the whole initialisation and taken
@@ -36,36 +38,18 @@ static const char *env(const char *name)
 	return getenv(name);
 }
 
-/* A copy of stderr taken at start: programs (coreutils among them) close
- * stderr in exit handlers that run before ours. */
-static int stats_fd = -1;
-
-static void print_stats_at_exit(void)
-{
-	FILE *out = stats_fd >= 0 ? fdopen(stats_fd, "w") : NULL;
-	int err = rdma_malloc_stats_print(out ? out : stderr,
-					  rdmalloc_opts.stats == RDMALLOC_STATS_ON_JSON ? RDMA_MALLOC_STATS_JSON
-											: RDMA_MALLOC_STATS_TEXT);
-	if (err)
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", strerror(err));
-	if (out)
-		fclose(out);
-}
-
 static void init_core(void)
 {
 	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
 	rdmalloc_options_parse(&rdmalloc_opts, env);
+	rdmalloc_options_warn_unknown(environ);
 	rdmalloc_big_init();
 	if (!rdmalloc_heap_jemalloc_retains())
 		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
 			     "never merged across registrations");
 	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */
 	rdmalloc_heap_init();
-	if (rdmalloc_opts.stats != RDMALLOC_STATS_OFF) {
-		stats_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
-		atexit(print_stats_at_exit);
-	}
+	rdmalloc_stats_at_exit(); /* RDMALLOC_STATS (stats_exit.c) */
 	atomic_store_explicit(&rdmalloc_core_ready, 1, memory_order_release);
 }
 

@@ -19,6 +19,9 @@
 extern atomic_int rdmalloc_ready;      /* both stages done */
 extern atomic_int rdmalloc_core_ready; /* the core done */
 void rdmalloc_init_slow(int rdma);
+/* At initialisation: print the stats at exit if RDMALLOC_STATS asks
+ * (stats_exit.c). */
+void rdmalloc_stats_at_exit(void);
 
 /* Every public entry point that needs RDMA calls this first. */
 static inline void rdmalloc_init(void)

@@ -11,6 +11,7 @@
 #include "mw.h"
 #include "compiler.h"
 #include "init.h"
+#include "job.h"
 #include "log.h"
 #include "lock.h"
 #include "options.h"
@@ -65,8 +66,10 @@ void rdmalloc_pd_init(void)
 						     sizeof(no_device_why));
 	if (!pd) {
 		STAT_INC(fallbacks);
-		rdmalloc_log(RDMALLOC_LOG_WARN, "%s: memory is allocated but not registered "
-			     "(key lookups fail with ENODEV)", no_device_why);
+		/* Once per job: every process of a shell script or an MPI
+		 * rank under the drop-in would say it (doc/preload.md). */
+		rdmalloc_log_job_once("no-device", "%s: memory is allocated but not registered "
+				      "(key lookups fail with ENODEV)", no_device_why);
 		return;
 	}
 	opened_pd = pd;

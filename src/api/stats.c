@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* stats.c - rdma_malloc_stats_get() and the text/JSON printer: the
- * counters (sys/counters.c) and the values derived from heaps and PDs. */
+/* stats.c - rdma_malloc_stats_get(): the counters (sys/counters.c) and
+ * the values derived from heaps and PDs.  Printed by stats_print.c. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "compiler.h"
@@ -26,48 +27,26 @@ static void snapshot(struct rdma_malloc_stats *st)
 		st->peak_live_bytes = st->live_bytes;
 }
 
+/* The version and size words, before the first field. */
+#define STATS_HEAD offsetof(struct rdma_malloc_stats, chunks)
+
+/*
+ * The struct grows by appending (include/rdma_malloc.h, doc/abi.md): a
+ * program built against an older header passes a smaller size and gets
+ * the fields it knows; a newer one, a larger size, and zeroes past ours.
+ */
 RDMA_EXPORT int rdma_malloc_stats_get(struct rdma_malloc_stats *st)
 {
-	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size != sizeof(*st))
+	if (!st || st->version != RDMA_MALLOC_STATS_VERSION || st->size < STATS_HEAD + sizeof(uint64_t) ||
+	    st->size % sizeof(uint64_t))
 		return EINVAL;
 	rdmalloc_init_core(); /* stats open no device */
-	uint32_t v = st->version, sz = st->size;
-	memset(st, 0, sizeof(*st));
-	snapshot(st);
-	st->version = v;
-	st->size = sz;
+	size_t size = st->size, fill = size < sizeof(*st) ? size : sizeof(*st);
+	struct rdma_malloc_stats all = { 0 };
+	snapshot(&all);
+	memcpy((char *)st + STATS_HEAD, (const char *)&all + STATS_HEAD, fill - STATS_HEAD);
+	if (size > fill)
+		memset((char *)st + fill, 0, size - fill);
+	st->size = (uint32_t)fill;
 	return 0;
-}
-
-RDMA_EXPORT int rdma_malloc_stats_print(FILE *out, enum rdma_malloc_stats_format format)
-{
-	if (format != RDMA_MALLOC_STATS_TEXT && format != RDMA_MALLOC_STATS_JSON)
-		return EINVAL;
-	if (!out)
-		out = stderr;
-	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
-	int err = rdma_malloc_stats_get(&st);
-	if (err)
-		return err;
-	int rc;
-	if (format == RDMA_MALLOC_STATS_TEXT) {
-		rc = fprintf(out, "rdmalloc stats:\n");
-#define TEXT_(name, kind, desc)                                                         \
-	if (rc >= 0)                                                                \
-		rc = fprintf(out, "  %-24s %20" PRIu64 "  %s\n", #name, st.name, desc);
-		RDMA_MALLOC_STATS_FIELDS(TEXT_)
-#undef TEXT_
-	} else {
-		rc = fprintf(out, "{\"version\": %u", (unsigned)st.version);
-#define JSON_(name, kind, desc) \
-	if (rc >= 0)        \
-		rc = fprintf(out, ", \"%s\": %" PRIu64, #name, st.name);
-		RDMA_MALLOC_STATS_FIELDS(JSON_)
-#undef JSON_
-		if (rc >= 0)
-			rc = fprintf(out, "}\n");
-	}
-	if (rc >= 0 && fflush(out) == EOF)
-		rc = -1;
-	return rc < 0 ? (errno ? errno : EIO) : 0;
 }

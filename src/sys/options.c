@@ -167,6 +167,20 @@ static int parse_device(const char *s, char (*out)[RDMALLOC_DEVICE_NAME_MAX])
 	return 0;
 }
 
+/* A file name: any bytes but control characters, shorter than the field;
+ * empty is none. */
+static int parse_path(const char *s, char (*out)[RDMALLOC_PATH_MAX])
+{
+	size_t n = strlen(s);
+	if (n >= sizeof(*out))
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (iscntrl((unsigned char)s[i]))
+			return -1;
+	memcpy(*out, s, n + 1);
+	return 0;
+}
+
 /* A growth step: auto, 0 (jemalloc's series) or at least one 2 MiB
  * granule. */
 static int parse_growth(const char *s, size_t *out)

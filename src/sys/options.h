@@ -37,12 +37,25 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	  "ms free pages stay before idle chunks are given back (-1: never, 0: at once)") \
 	X(STATS, stats, stats, "0",                                              \
 	  "print stats at exit: 0, 1 (text) or json")                            \
+	X(STATS_ALL, stats_all, bool, "0",                                       \
+	  "the text stats show the rows that are 0 too: 0 or 1")                 \
+	X(STATS_FILE, stats_file, path, "",                                      \
+	  "file the stats at exit are appended to, %p the pid, %h the host (empty: standard error)") \
 	X(HUGEPAGES, hugepages, bool, "0",                                       \
 	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")             \
 	X(RESERVE, reserve, bool, "1",                                           \
 	  "register each heap's next chunk ahead, on a background thread: 0 or 1")
 
+/*
+ * RDMALLOC_* names that are not options: read by rdmalloc's commands
+ * (rdmalloc run, rdmalloc vm), by its build and tests, or the job marker
+ * (job.h).  Prefixes, without RDMALLOC_.  Any other RDMALLOC_* name in the
+ * environment is warned about (options_unknown.c).
+ */
+#define RDMALLOC_OTHER_NAMES "PRELOAD_LIB", "VM_", "BUILD_ROOT", "FUZZ_", "E2E_", "JOB_NOTED"
+
 #define RDMALLOC_DEVICE_NAME_MAX 64
+#define RDMALLOC_PATH_MAX 256 /* RDMALLOC_STATS_FILE */
 #define RDMALLOC_ARENAS_MAX 16 /* RDMALLOC_PRELOAD_ARENAS */
 #define RDMALLOC_DECAY_MS_MAX 1000000000L /* RDMALLOC_DECAY_MS: about 11 days */
 
@@ -58,6 +71,8 @@ struct rdmalloc_options {
 	size_t max_registered;
 	long decay_ms;
 	int stats;
+	int stats_all;
+	char stats_file[RDMALLOC_PATH_MAX];
 	int hugepages;
 	int reserve;
 };
@@ -85,6 +100,18 @@ RDMALLOC_TESTABLE int rdmalloc_parse_size(const char *s, size_t *out);
 RDMALLOC_TESTABLE int rdmalloc_parse_access(const char *s, unsigned int *out);
 /* 0/1, off/on, no/yes, false/true (any case). */
 RDMALLOC_TESTABLE int rdmalloc_parse_bool(const char *s, int *out);
+
+/*
+ * Warn, once per job, about each RDMALLOC_* name of @envp that is neither
+ * an option nor one of RDMALLOC_OTHER_NAMES, naming the nearest option.
+ * Returns how many there were.
+ */
+RDMALLOC_TESTABLE int rdmalloc_options_warn_unknown(char *const *envp);
+/* Whether NAME (without RDMALLOC_) is an option or one of the other names;
+ * the option nearest to it by edit distance. */
+RDMALLOC_TESTABLE int rdmalloc_option_known(const char *name);
+RDMALLOC_TESTABLE const char *rdmalloc_option_nearest(const char *name);
+RDMALLOC_TESTABLE unsigned rdmalloc_edit_distance(const char *a, const char *b);
 
 /* The options in force (parsed at initialisation). */
 extern struct rdmalloc_options rdmalloc_opts;

@@ -175,6 +175,20 @@ __attribute__((unused)) static int ref_device(const char *s, char (*out)[RDMALLO
 	return 0;
 }
 
+/* A file name: any bytes but ASCII control characters, shorter than 256;
+ * empty is none. */
+__attribute__((unused)) static int ref_path(const char *s, char (*out)[RDMALLOC_PATH_MAX])
+{
+	size_t n = strlen(s);
+	if (n >= RDMALLOC_PATH_MAX)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return -1;
+	strcpy(*out, s);
+	return 0;
+}
+
 /* A heap's growth step: auto (any case), 0 or at least one 2 MiB granule. */
 __attribute__((unused)) static int ref_growth(const char *s, size_t *out)
 {
@@ -257,6 +271,7 @@ __attribute__((unused)) static int ref_bool(const char *s, int *out)
 #define same_stats(a, b) (*(a) == *(b))
 #define same_arenas(a, b) (*(a) == *(b))
 #define same_decay(a, b) (*(a) == *(b))
+#define same_path(a, b) (strnlen(*(a), RDMALLOC_PATH_MAX) < RDMALLOC_PATH_MAX && !strcmp(*(a), *(b)))
 #define same_device(a, b) (strnlen(*(a), RDMALLOC_DEVICE_NAME_MAX) < RDMALLOC_DEVICE_NAME_MAX && !strcmp(*(a), *(b)))
 
 #ifdef RDMALLOC_FUZZ_QUIET

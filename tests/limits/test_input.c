@@ -591,7 +591,9 @@ Test(input, bad_stats_arguments)
 		st.version = versions[i], st.size = sizeof(st);
 		cr_assert_eq(rdma_malloc_stats_get(&st), EINVAL);
 	}
-	static const uint32_t sizes[] = { 0, 8, sizeof(st) - 8, sizeof(st) + 8, UINT32_MAX };
+	/* Smaller and larger structs of whole fields are served (older and
+	 * newer headers: tests/abi); these are not. */
+	static const uint32_t sizes[] = { 0, 8, 12, sizeof(st) - 4, UINT32_MAX };
 	for (size_t i = 0; i < 5; i++) {
 		st.version = RDMA_MALLOC_STATS_VERSION, st.size = sizes[i];
 		cr_assert_eq(rdma_malloc_stats_get(&st), EINVAL);
@@ -639,6 +641,9 @@ __attribute__((unused)) static const char *const bad_big[] = { "", " ", "1", "40
 				       "0x10000", "64KK", "18446744073709551616", NULL };
 __attribute__((unused)) static const char *const bad_bool[] = { "", " ", "2", "-1", "yes!", "t", "y", "enable", "TRUE ", "on\n",
 					"json", NULL };
+/* A file name is any bytes but control characters, shorter than 256 (and
+ * the 1 MiB value below). */
+__attribute__((unused)) static const char *const bad_path[] = { "a\nb", "\n", "stats\t%p", "\x7f", "x\x01", NULL };
 
 /* Every option of options.h with the bad values of its parser (a new
  * parser kind fails to compile here until it has its list). */
