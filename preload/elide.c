@@ -119,9 +119,19 @@ void rdmalloc_elide_set_next(const struct rdmalloc_elide_next *next)
 }
 
 /* libibverbs' own definitions, by the versions a program links against. */
+/*
+ * libibverbs' own @name: in libibverbs wherever it was loaded, since a
+ * program reaches these wrappers only with libibverbs loaded, but not
+ * always in the global scope: UCX's and libfabric's providers load it
+ * with the plugin that uses it (RTLD_LOCAL), and the drop-in no longer
+ * brings it along (it loads it on first need).  RTLD_NEXT finds only what
+ * the global scope holds after us.
+ */
 static void *real(const char *name, const char *version)
 {
-	void *f = dlvsym(RTLD_NEXT, name, version);
+	void *f = rdmalloc_verbs_real(name, version);
+	if (!f)
+		f = dlvsym(RTLD_NEXT, name, version);
 	if (!f)
 		rdmalloc_fatal("cannot find libibverbs' %s@%s: %s", name, version, dlerror());
 	return f;

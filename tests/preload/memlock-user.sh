@@ -2,10 +2,14 @@
 # Real programs under the drop-in as a user without CAP_IPC_LOCK whose
 # RLIMIT_MEMLOCK is Debian's default (8 MiB) and a container's (64 KiB),
 # with a device (the Soft-RoCE guest; issue 22): each must run as it runs
-# without the drop-in, since the drop-in registers a chunk when RDMA first
-# needs it and a refusal fails that lookup, never a malloc.  On main
-# e6168cb python3 died with MemoryError at 8 MiB and could not start at
-# 64 KiB.  Run as root (it drops to nobody).
+# without the drop-in, since a refused registration fails a lookup, never a
+# malloc.  Twice per limit: by default (RDMA on first need: these programs
+# never open the device, so nothing is pinned), and with
+# RDMALLOC_PRELOAD_REGISTER=eager, where the device is opened at start and
+# every chunk's registration is tried, so that the limit refuses some and
+# the stats must show chunks left unregistered by processes with the device
+# open.  On main e6168cb python3 died with MemoryError at 8 MiB and could
+# not start at 64 KiB.  Run as root (it drops to nobody).
 #   memlock-user.sh BUILD_DIR
 set -uo pipefail
 build=$(readlink -f "${1:?usage: memlock-user.sh BUILD_DIR}")
@@ -21,10 +25,15 @@ cp "$here/real-programs.sh" "$build/preload/librdmalloc-preload.so" "$build/test
 chmod -R a+rX "$copy"
 rc=0
 for kib in 8192 64; do
-	echo "-- RLIMIT_MEMLOCK ${kib} KiB, user nobody"
-	# Lowered as root, then kept across the drop (the user cannot raise it).
-	bash -c 'ulimit -l "$1" && exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
-		env HOME=/tmp REAL_PROGRAMS_BIG=1 REAL_PROGRAMS_UNREGISTERED=1 "$2/real-programs.sh" "$2/librdmalloc-preload.so" "$2/mt_cxx"' \
-		_ "$kib" "$copy" || rc=1
+	for mode in first-use eager; do
+		echo "-- RLIMIT_MEMLOCK ${kib} KiB, user nobody, RDMALLOC_PRELOAD_REGISTER=$mode"
+		unreg=0
+		[ "$mode" = eager ] && unreg=1
+		# Lowered as root, then kept across the drop (the user cannot raise it).
+		bash -c 'ulimit -l "$1" && exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
+			env HOME=/tmp REAL_PROGRAMS_BIG=1 REAL_PROGRAMS_UNREGISTERED=$3 RDMALLOC_PRELOAD_REGISTER=$4 \
+			"$2/real-programs.sh" "$2/librdmalloc-preload.so" "$2/mt_cxx"' \
+			_ "$kib" "$copy" "$unreg" "$mode" || rc=1
+	done
 done
 exit $rc

@@ -16,7 +16,9 @@
 # REAL_PROGRAMS_BIG=1 adds a python3 that builds about 300 MB of objects;
 # REAL_PROGRAMS_UNREGISTERED=1 requires the drop-in's stats to show chunks
 # left unregistered by processes that had the device open (issue 22: runs
-# under a pinning limit, as a user who must be able to open it).
+# under a pinning limit, as a user who must be able to open it, with
+# RDMALLOC_PRELOAD_REGISTER=eager: by default these programs never use RDMA
+# and never open the device).
 set -uo pipefail
 
 lib=$(readlink -f "${1:?usage: real-programs.sh PRELOAD_LIB MT_CXX_PROGRAM}")
