@@ -161,15 +161,7 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	c->heap = heap;
 	c->spec = spec;
 	if (held) {
-		err = rdmalloc_register_steady(c, used);
-		if (err && !for_r && rdmalloc_pressure(err)) {
-			if (rdmalloc_relieve())
-				err = rdmalloc_register_steady(c, used); /* memory went back: once more */
-			if (err) /* the lock comes with success only */
-				rdmalloc_relief_end();
-			else
-				rdmalloc_relief_end_locked();
-		}
+		err = for_r ? rdmalloc_register_steady(c, used) : rdmalloc_register_steady_relieved(c, used);
 		if (err && !plain_ok) {
 			if (!for_r)
 				rdmalloc_log_reg_failure(size, err);

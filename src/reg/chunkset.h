@@ -51,6 +51,9 @@ unsigned rdmalloc_pd_users_claim(const struct rdmalloc_chunk *c);
  * counted as used for the caller (it releases them).  No lock on entry.
  */
 int rdmalloc_register_steady(struct rdmalloc_chunk *c, unsigned *used);
+/* The same, and under memory pressure (rdmalloc_pressure) memory given
+ * back (rdmalloc_relieve) and once more (hold.c). */
+int rdmalloc_register_steady_relieved(struct rdmalloc_chunk *c, unsigned *used);
 
 /* ---- hold.c ---- */
 /* Bytes of chunks held or being made, for RDMALLOC_MAX_REGISTERED. */

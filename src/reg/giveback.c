@@ -164,15 +164,7 @@ static struct rdmalloc_chunk *hooked(void *addr, size_t len, const char *hook)
 static int take_back(struct rdmalloc_chunk *c)
 {
 	unsigned used = 0;
-	int err = rdmalloc_register_steady(c, &used);
-	if (err && rdmalloc_pressure(err)) {
-		if (rdmalloc_relieve())
-			err = rdmalloc_register_steady(c, &used);
-		if (err) /* the lock comes with success only */
-			rdmalloc_relief_end();
-		else
-			rdmalloc_relief_end_locked();
-	}
+	int err = rdmalloc_register_steady_relieved(c, &used);
 	if (err) {
 		rdmalloc_log_reg_failure(c->size, err);
 		int kept = rdmalloc_region_deregister_all(c) != 0;

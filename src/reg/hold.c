@@ -92,15 +92,13 @@ int rdmalloc_pressure(int err)
 
 size_t rdmalloc_relieve(void)
 {
-	rdmalloc_reserves_hold_off();
 	rdmalloc_chunk_lock();
+	rdmalloc_reserves_hold_off_locked();
 	size_t before = rdmalloc_held_bytes;
 	rdmalloc_chunk_unlock();
 	size_t bytes = rdmalloc_reserves_drop(1);
 	bytes += rdmalloc_give_back_idle(NULL, 0);
-	rdmalloc_chunk_lock();
-	size_t after = rdmalloc_held_bytes;
-	rdmalloc_chunk_unlock();
+	size_t after = rdmalloc_chunks_held_bytes();
 	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_RELIEVED);
 	/* A fill cancelled under way released what it held without being
 	 * counted as dropped: held bytes that went count as relief too. */
@@ -117,4 +115,18 @@ void rdmalloc_relief_end(void)
 void rdmalloc_relief_end_locked(void)
 {
 	rdmalloc_reserves_resume_locked();
+}
+
+int rdmalloc_register_steady_relieved(struct rdmalloc_chunk *c, unsigned *used)
+{
+	int err = rdmalloc_register_steady(c, used);
+	if (!err || !rdmalloc_pressure(err))
+		return err;
+	if (rdmalloc_relieve())
+		err = rdmalloc_register_steady(c, used); /* memory went back: once more */
+	if (err) /* the lock comes with success only */
+		rdmalloc_relief_end();
+	else
+		rdmalloc_relief_end_locked();
+	return err;
 }

@@ -328,11 +328,9 @@ size_t rdmalloc_reserves_drop(int wait)
 	}
 }
 
-void rdmalloc_reserves_hold_off(void)
+void rdmalloc_reserves_hold_off_locked(void)
 {
-	rdmalloc_chunk_lock();
 	relieving++;
-	rdmalloc_chunk_unlock();
 }
 
 void rdmalloc_reserves_resume_locked(void)

@@ -97,9 +97,9 @@ void rdmalloc_reserve_close(struct rdmalloc_reserve *r);
 size_t rdmalloc_reserves_drop(int wait);
 /* Between a relief of memory pressure and its retry (hold.c): the thread
  * starts no chunk, so that another heap's reserve does not take what went
- * back for the retry.  Counted: every hold_off is followed by one resume,
- * hold_off with no lock held, resume with the chunk lock held. */
-void rdmalloc_reserves_hold_off(void);
+ * back for the retry.  Counted: every hold_off is followed by one resume.
+ * Chunk lock held. */
+void rdmalloc_reserves_hold_off_locked(void);
 void rdmalloc_reserves_resume_locked(void);
 /* Wait until the thread has made every chunk queued (or is not running):
  * for tests that compare counters.  No lock held. */
