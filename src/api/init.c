@@ -2,14 +2,9 @@
 /* init.c - one-time initialisation: the allocator's core, then RDMA on first need (init.h). */
 #include "init.h"
 
-#include <pthread.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
+#include <stdlib.h>
+#include <unistd.h> /* environ (_GNU_SOURCE) */
 
 #include "big.h"
 #include "fork.h"
@@ -21,8 +16,6 @@
 #include "pd.h"
 #include "rdma_malloc.h"
 #include "verbs.h"
-
-extern char **environ;
 
 atomic_int rdmalloc_ready;
 atomic_int rdmalloc_core_ready;
