@@ -16,6 +16,18 @@ run() {
 }
 run "device is up" ibv_devinfo -d rxe0
 run "end-to-end RDMA suite" "$build/tests/e2e/rdmalloc-e2e" --jobs 1
+# rdmalloc info (rdmalloc(1)) sees the device the library would use.
+info_has_rxe0() {
+	"$build/tools/info/rdmalloc-info" --json | python3 -c '
+import json, sys
+d = {x["name"]: x for x in json.load(sys.stdin)["devices"]}
+assert d["rxe0"]["default_pd"], d
+p = d["rxe0"]["ports"][0]
+assert p["state"] == "PORT_ACTIVE" and p["link_layer"] == "Ethernet" and p["gid0"].startswith("fe80"), p
+assert d["rxe0"]["memory_windows"] in (True, False)
+print("rdmalloc info: rxe0 port 1", p["state"], p["gid0"])'
+}
+run "rdmalloc info lists rxe0, its active port and GID, as the default PD's device" info_has_rxe0
 run "example prints keys" "$build/examples/rdmalloc-keys"
 run "real clients (ibv_rc_pingpong, perftest)" "$here/smoke.sh"
 # The LD_PRELOAD drop-in: the whole allocation ABI at random (lookups must

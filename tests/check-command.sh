@@ -1,0 +1,84 @@
+#!/bin/sh
+# The rdmalloc command as a user meets it (rdmalloc(1)): bad arguments are
+# refused with one line and a non-zero exit before any program starts,
+# every subcommand has --help, a missing program is reported as env(1)
+# does, --version and `info` say what the library is and would do.
+#   check-command.sh RDMALLOC PRELOAD_LIB INFO VERSION
+set -u
+cmd=$1 version=$4
+export RDMALLOC_PRELOAD_LIB=$2 RDMALLOC_INFO=$3
+passed=0 failed=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+# expect NAME STATUS GREP-PATTERN ARGS...: status, and a line of the output
+# (stdout and stderr) matching the pattern.
+expect() {
+	name=$1 want=$2 pat=$3
+	shift 3
+	"$cmd" "$@" >"$out" 2>&1
+	rc=$?
+	if [ "$rc" = "$want" ] && grep -q -e "$pat" "$out"; then
+		echo "ok $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL $name: exit $rc (want $want), output:"
+		sed 's/^/#   /' "$out" | head -20
+		failed=$((failed + 1))
+	fi
+}
+lines() { "$cmd" "$@" 2>&1 | wc -l; }
+
+expect "unknown command: one line, exit 2" 2 "^rdmalloc: unknown command 'frobnicate'" frobnicate
+[ "$(lines frobnicate)" = 1 ] && passed=$((passed + 1)) || { echo "FAIL unknown command: not one line"; failed=$((failed + 1)); }
+expect "run --device with no value" 2 "option --device needs a value" run --device
+expect "run: unknown option" 2 "unknown option '--frob'" run --frob -- true
+expect "run: no program" 2 "no PROGRAM given" run --stats
+# The value is judged by the library's own parser, before the program runs:
+# the marker file must not appear.
+expect "run --access=junk is refused before the program" 2 "invalid value 'junk' for RDMALLOC_PRELOAD_ACCESS" \
+	run --access=junk -- sh -c "touch $out.ran"
+[ ! -e "$out.ran" ] && passed=$((passed + 1)) || { echo "FAIL the program ran despite --access=junk"; failed=$((failed + 1)); rm -f "$out.ran"; }
+expect "run --access LOCAL_WRITE,REMOTE_READ is taken" 0 "^LOCAL_WRITE,REMOTE_READ$" \
+	run --access LOCAL_WRITE,REMOTE_READ -- sh -c 'echo $RDMALLOC_PRELOAD_ACCESS'
+expect "run: missing program, as env(1): 127" 127 "'/nonexistent': No such file or directory" run -- /nonexistent
+expect "run: program not in PATH: 127" 127 "'rdmalloc-no-such-program': No such file or directory" run rdmalloc-no-such-program
+expect "run: a directory: 126" 126 "'/': Is a directory" run -- /
+expect "run: exit status passes through" 3 "" run -- sh -c 'exit 3'
+expect "run: the drop-in is loaded" 0 "librdmalloc-preload.so" run -- sh -c 'cat /proc/$$/maps'
+for sub in run info; do
+	expect "$sub --help" 0 "^Usage: rdmalloc $sub" $sub --help
+done
+expect "--help" 0 "^Usage: rdmalloc run" --help
+expect "--version" 0 "^rdmalloc $version\$" --version
+expect "info: unknown argument" 2 "unknown argument '--bogus'" info --bogus
+
+# info: every option of the table with its source; a misspelled name with
+# the nearest one; devices, memlock, address space; JSON that parses.
+RDMALLOC_STAT=1 RDMALLOC_DECAY_MS=junk RDMALLOC_BIG_BLOCK=128K "$cmd" info >"$out" 2>&1
+for want in "version: $version" "RDMALLOC_BIG_BLOCK  *128K  *environment (default 64K)" \
+	"RDMALLOC_DECAY_MS  *10000  *default, the environment's is not valid: \"junk\"" \
+	"RDMALLOC_LOG_LEVEL  *warn  *default" "RDMALLOC_STAT  *did you mean RDMALLOC_STATS?" \
+	"^devices:" "^memlock:" "^address_space:" "dropin:" "preload: .*librdmalloc-preload.so"; do
+	if grep -q -e "$want" "$out"; then passed=$((passed + 1)); else
+		echo "FAIL info: no line matching '$want'"; sed 's/^/#   /' "$out"; failed=$((failed + 1))
+	fi
+done
+n=$(grep -c '^  RDMALLOC_' "$out")
+[ "$n" -ge 15 ] && passed=$((passed + 1)) || { echo "FAIL info lists $n options"; failed=$((failed + 1)); }
+if RDMALLOC_BIG_BLOCK=128K "$cmd" info --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+o = {x["name"]: x for x in d["options"]}
+assert o["RDMALLOC_BIG_BLOCK"]["value"] == "128K" and o["RDMALLOC_BIG_BLOCK"]["source"] == "environment"
+assert o["RDMALLOC_BIG_BLOCK"]["default"] == "64K"
+assert "devices" in d and "memlock" in d and d["address_space"]["plain"]["vmsize"] > 0
+assert d["library"]["version"] == sys.argv[1]
+' "$version"; then
+	echo "ok info --json parses and carries the options"
+	passed=$((passed + 1))
+else
+	echo "FAIL info --json"
+	failed=$((failed + 1))
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
