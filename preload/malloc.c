@@ -49,15 +49,15 @@ static atomic_uint next_arena;
 static atomic_int ready;
 #define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (tls.h) */
 
-/* Memory of a preload chunk: one byte of the address map (addrmap.h), for
+/* Memory of a preload chunk: one bit of the address map (addrmap.h), for
  * every chunk of the heap, whichever thread's arena it belongs to.  Preload
  * chunks are never released (the hooks refuse dalloc, and
  * rdma_heap_destroy refuses the preload heap), so a pointer the drop-in
- * returned keeps its byte for the life of the process.  The map is ours,
- * in .bss (128 MiB of address space, a page touched per 8 GiB of chunks'
+ * returned keeps its bit for the life of the process.  The map is ours,
+ * in .bss (16 MiB of address space, a page touched per 64 GiB of chunks'
  * address space): it exists before the first free(), so the test is a
  * compare with a constant and one load, no pointer to load first. */
-static unsigned char auto_map[RDMALLOC_ADDRMAP_AUTO_GRANULES];
+static unsigned char auto_map[RDMALLOC_ADDRMAP_AUTO_BYTES];
 
 static inline int preload_memory(const void *p)
 {

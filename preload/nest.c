@@ -12,16 +12,20 @@
  * libibverbs or its provider while it allocates (fork protection's range
  * tree does): if that allocation waited for an arena's growth, it would
  * wait for a hook that waits for the same lock.  So nothing allocated
- * inside a verbs call of ours reaches jemalloc: it comes from here, a
- * reserved range of address space carved into power-of-two blocks with
- * one free list per size, under the NEST lock, a leaf that fork() takes
+ * inside a verbs call of ours reaches jemalloc: it comes from here, ranges
+ * of address space carved into power-of-two blocks with one free list per
+ * size, under the NEST lock, a leaf that fork() takes
  * only after jemalloc's.  free(), realloc() and malloc_usable_size() tell
  * its blocks by address, wherever they run.
  *
  * What comes here is small and rare (a region's descriptor per chunk
- * registration), so simplicity beats speed: blocks are never given back to
- * the kernel, only reused.  Running out of the range is ENOMEM, logged once
- * and counted as a fallback.
+ * registration, the allocations a process makes before the drop-in is
+ * ready), so simplicity beats speed: blocks are never given back to the
+ * kernel, only reused.  The ranges are reserved as they are needed, 1 MiB
+ * first and each twice the one before, so that the address space follows
+ * use (a program under `ulimit -v` pays for what it uses; one 16 GiB range
+ * did not).  A range that cannot be reserved is ENOMEM, logged once and
+ * counted as a fallback.
  */
 #include "nest.h"
 
@@ -33,28 +37,39 @@
 #include "os.h"
 #include "counters.h"
 
-#define SPAN RDMALLOC_NEST_SPAN /* of address space; pages are touched as used */
-#define HDR 16                 /* before each block's user pointer: class and offset */
-#define MIN_CLASS 5            /* 32-byte blocks */
-#define CLASSES 35             /* up to the whole span */
+#define FIRST ((uintptr_t)1 << 20) /* the first range; pages are touched as used */
+#define HDR 16                      /* before each block's user pointer: class and offset */
+#define MIN_CLASS 5                 /* 32-byte blocks */
+#define CLASSES 35                  /* up to 16 GiB */
 
-uintptr_t rdmalloc_nest_base;                 /* set once, under the lock */
-static uintptr_t top, end;                    /* bump pointer and the range's end (lock) */
-static void *free_list[CLASSES];              /* (lock) */
+uintptr_t rdmalloc_nest_lo[RDMALLOC_NEST_RANGES], rdmalloc_nest_len[RDMALLOC_NEST_RANGES];
+unsigned rdmalloc_nest_ranges;
+static uintptr_t top, end;        /* bump pointer in the newest range, its end (lock) */
+static void *free_list[CLASSES];  /* (lock) */
 
 struct hdr {
 	uint64_t cls;    /* block of 1 << cls bytes */
-	uint64_t offset; /* user pointer - block: up to the span, alignment included */
+	uint64_t offset; /* user pointer - block: up to the block's size, alignment included */
 };
 
-static int reserve(void)
+/* A new range with room for a block of @size bytes (lock held); what was
+ * left of the one before stays unused address space. */
+static int grow(size_t size)
 {
-	void *m = rdmalloc_os_reserve(SPAN);
+	unsigned n = rdmalloc_nest_ranges;
+	if (n == RDMALLOC_NEST_RANGES)
+		return -1;
+	uintptr_t len = n ? rdmalloc_nest_len[n - 1] * 2 : FIRST;
+	while (len < size)
+		len *= 2;
+	void *m = rdmalloc_os_reserve(len);
 	if (!m)
 		return -1;
+	rdmalloc_nest_lo[n] = (uintptr_t)m;
+	rdmalloc_nest_len[n] = len;
+	__atomic_store_n(&rdmalloc_nest_ranges, n + 1, __ATOMIC_RELEASE);
 	top = (uintptr_t)m;
-	end = top + SPAN;
-	__atomic_store_n(&rdmalloc_nest_base, (uintptr_t)m, __ATOMIC_RELEASE);
+	end = top + len;
 	return 0;
 }
 
@@ -65,11 +80,17 @@ static void *block_get(unsigned cls)
 	if (free_list[cls]) {
 		b = free_list[cls];
 		memcpy(&free_list[cls], b, sizeof(void *));
-	} else if (end || reserve() == 0) {
+	} else {
 		/* Blocks of a page or more start on a page: fewer pages touched. */
 		size_t size = (size_t)1 << cls, a = size < 4096 ? size : 4096;
 		uintptr_t at = (top + a - 1) & ~(uintptr_t)(a - 1);
-		if (at + size <= end) {
+		if (!end || at + size > end) {
+			if (grow(size) == 0)
+				at = top; /* page-aligned */
+			else
+				at = end; /* no room */
+		}
+		if (end && at + size <= end) {
 			b = (void *)at;
 			top = at + size;
 		}
@@ -91,7 +112,7 @@ void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 {
 	if (align < HDR)
 		align = HDR;
-	if (size >= SPAN || align >= SPAN) /* and no overflow below */
+	if (size >= ((size_t)1 << (CLASSES - 1)) || align >= ((size_t)1 << (CLASSES - 1))) /* no overflow below */
 		return nest_full(size);
 	unsigned cls = MIN_CLASS;
 	/* Room for the header and the alignment: the user pointer is the

@@ -50,10 +50,14 @@ static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 		rdmalloc_addrmap_entry_t *leaf = leaf_of(a, 0);
 		atomic_store_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & L2_MASK], val,
 				      memory_order_release);
-		if (mark)
-			__atomic_store_n(&mark[a >> RDMALLOC_GRANULE_SHIFT],
-					 val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE,
-					 __ATOMIC_RELEASE);
+		if (mark) {
+			uintptr_t g = a >> RDMALLOC_GRANULE_SHIFT;
+			unsigned char bit = (unsigned char)(1u << (g & 7));
+			if (val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE)
+				__atomic_fetch_or(&mark[g >> 3], bit, __ATOMIC_RELEASE);
+			else
+				__atomic_fetch_and(&mark[g >> 3], (unsigned char)~bit, __ATOMIC_RELEASE);
+		}
 	}
 }
 
@@ -75,7 +79,7 @@ int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)
 		if (!leaf_of(a, 1))
 			return ENOMEM;
 	if (c->spec->auto_cache && !auto_map) { /* the chunk lock orders writers */
-		void *m = rdmalloc_os_reserve(RDMALLOC_ADDRMAP_AUTO_GRANULES);
+		void *m = rdmalloc_os_reserve(RDMALLOC_ADDRMAP_AUTO_BYTES);
 		if (!m)
 			return ENOMEM;
 		__atomic_store_n(&auto_map, (unsigned char *)m, __ATOMIC_RELEASE);

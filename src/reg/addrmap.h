@@ -53,18 +53,22 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
  * The granules of chunks whose spec has `auto_cache` (the drop-in's heap,
  * whose memory goes through the thread's automatic cache and is never
  * released), but of its big chunks, and only granules its chunk's mapping
- * covers whole: one byte each, so that the drop-in's free() tells its own
+ * covers whole: one bit each, so that the drop-in's free() tells its own
  * jemalloc memory from anything else with one load, however many chunks
  * there are (what is not marked takes the slow path).
- * 2^27 bytes of address space, reserved on the first such chunk (or
- * given, rdmalloc_addrmap_auto_give: the drop-in's is in its .bss) and
- * touched only where bytes are set or read (one page per 8 GiB of address
- * space).  A byte is set before the chunk is returned to jemalloc, hence
- * before any pointer into it exists, and cleared only when the chunk is
- * unpublished (nothing of it is allocated then).
+ * 2^24 bytes (16 MiB) of address space, reserved on the first such chunk
+ * (or given, rdmalloc_addrmap_auto_give: the drop-in's is in its .bss) and
+ * touched only where bits are set or read (one page per 64 GiB of address
+ * space).  A bit rather than a byte: the drop-in's VmSize, which counts
+ * against `ulimit -v`, was 128 MiB for this map.  A bit is set before the
+ * chunk is returned to jemalloc, hence before any pointer into it exists,
+ * and cleared only when the chunk is unpublished (nothing of it is
+ * allocated then); writers hold the chunk lock and change their bits with
+ * atomic read-modify-writes, as a byte holds 8 chunks' granules.
  */
 /* (__atomic_* on plain objects: GCC loads _Atomic ones through an extra lea) */
 #define RDMALLOC_ADDRMAP_AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
+#define RDMALLOC_ADDRMAP_AUTO_BYTES (RDMALLOC_ADDRMAP_AUTO_GRANULES / 8)
 
 /*
  * Whether @p is in a marked granule of @map, the storage its owner gave
@@ -74,10 +78,10 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 static inline int rdmalloc_addrmap_is_auto_in(const unsigned char *map, const void *p)
 {
 	uintptr_t g = (uintptr_t)p >> RDMALLOC_GRANULE_SHIFT;
-	return likely(g < RDMALLOC_ADDRMAP_AUTO_GRANULES) && __atomic_load_n(&map[g], __ATOMIC_RELAXED);
+	return likely(g < RDMALLOC_ADDRMAP_AUTO_GRANULES) && (__atomic_load_n(&map[g >> 3], __ATOMIC_RELAXED) >> (g & 7)) & 1;
 }
 
-/* Use @map (RDMALLOC_ADDRMAP_AUTO_GRANULES zero bytes that live as long as
+/* Use @map (RDMALLOC_ADDRMAP_AUTO_BYTES zero bytes that live as long as
  * the process) as the auto map: before the first chunk of an auto_cache
  * heap, else the map is reserved then. */
 void rdmalloc_addrmap_auto_give(unsigned char *map);
