@@ -418,17 +418,25 @@ static int copy_chunk_mr(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsigned i
 }
 
 /* The chunk holding [addr, addr+len), pinned, when an elided region of it
- * may answer (the PD decides later); else NULL. */
-static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
+ * may answer (the PD decides later); else NULL and in @why the reason. */
+static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len, unsigned int access,
+				       const char **why)
 {
-	if (rdmalloc_tl_in_verbs || !rdmalloc_preload_heap() || !pd || !len)
+	*why = NULL; /* inside a verbs call of ours: libibverbs' own, not the program's */
+	if (rdmalloc_tl_in_verbs)
+		return NULL;
+	*why = !rdmalloc_preload_heap() ? "the drop-in's heap is not there" : !pd ? "no PD" : "length 0";
+	if (!rdmalloc_preload_heap() || !pd || !len)
 		return NULL;
 	rdmalloc_init(); /* the first elision brings RDMA up (init.h) */
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
+	*why = !c ? "not rdmalloc's memory" : "the range runs past its chunk";
 	if (!c || len > c->size - ((uintptr_t)addr - c->base))
 		return NULL;
+	*why = "it asks for more access than the chunk's";
 	if ((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap))
 		return NULL; /* early: copy_chunk_mr decides */
+	*why = "its chunk is being given back (freed memory)";
 	if (rdmalloc_chunk_pin(c)) /* given back meanwhile: the program registers freed memory */
 		return NULL;
 	return c;
@@ -509,9 +517,13 @@ static void not_elided(int err)
 /* The elided region for [addr, addr+len), or NULL when not eligible. */
 static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
-	struct rdmalloc_chunk *c = eligible(pd, addr, len, access);
-	if (!c)
+	const char *why;
+	struct rdmalloc_chunk *c = eligible(pd, addr, len, access, &why);
+	if (!c) {
+		if (why)
+			rdmalloc_debug("ibv_reg_mr(%p, %zu bytes) goes to libibverbs: %s", addr, len, why);
 		return NULL;
+	}
 	struct elided *e = record_take();
 	int err = e ? settle(e, c, pd, addr, len, access) : ENOMEM;
 	if (err) {
@@ -519,11 +531,15 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 			record_release(e);
 			not_elided(err);
 		}
+		rdmalloc_debug("ibv_reg_mr(%p, %zu bytes) goes to libibverbs: %s", addr, len,
+			       !e ? "no elided-region record left" : err == ENOSPC ? "no PD slot left" : strerror(err));
 		rdmalloc_chunk_unpin(c);
 		return NULL;
 	}
 	STAT_INC(elided_registrations);
 	STAT_INC(elided_regions);
+	rdmalloc_debug("ibv_reg_mr(%p, %zu bytes) elided: the keys of chunk %p (lkey %#x)", addr, len,
+		       (void *)c->base, e->mr.lkey);
 	return &e->mr;
 }
 
@@ -644,8 +660,12 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 	int new_access = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : e->access;
 	struct rdmalloc_chunk *old = e->chunk;
 	int orphan = state == RECORD_ORPHAN; /* counted in no entry, nor in elided_regions */
-	struct rdmalloc_chunk *c = eligible(new_pd, new_addr, new_len, (unsigned int)new_access);
+	const char *why;
+	struct rdmalloc_chunk *c = eligible(new_pd, new_addr, new_len, (unsigned int)new_access, &why);
 	int err = c ? settle(e, c, new_pd, new_addr, new_len, (unsigned int)new_access) : EACCES;
+	if (err)
+		rdmalloc_debug("ibv_rereg_mr of an elided region gets a registration of its own: %s",
+			       c ? strerror(err) : why ? why : "inside a verbs call");
 	if (!err) {
 		rdmalloc_chunk_unpin(old);
 		STAT_INC(elided_rereg_in_place);

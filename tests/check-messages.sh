@@ -48,5 +48,14 @@ check "RDMALLOC_PRELOAD_ACESS (librdmalloc.so): RDMALLOC_PRELOAD_ACCESS named" 1
 out=$(job RDMALLOC_JOB_NOTED=no-device RDMALLOC_VM_HOSTS=2 RDMALLOC_PRELOAD_LIB=/x RDMALLOC_E2E_CHILD=1 RDMALLOC_STATS=0 sh -c /bin/true)
 check "the names of rdmalloc's commands and tests, and real options, are not warned about" 0 \
 	"$(printf '%s\n' "$out" | grep -c 'not an rdmalloc option')" "$out"
+# RDMALLOC_LOG_LEVEL=debug logs the decisions worth knowing: a chunk made
+# (and how: reserve hit or miss, unregistered until RDMA needs it), a
+# big block's chunk given back.  The example makes and frees an rdma_malloc
+# buffer of 1 MiB (a big block).
+out=$(job RDMALLOC_LOG_LEVEL=debug RDMALLOC_JOB_NOTED=no-device sh -c "$prog")
+check "debug: a chunk made, and how" 1 \
+	"$(printf '%s\n' "$out" | grep -q 'debug: chunk 0x[0-9a-f]* of [0-9]* bytes: \(made\|reserve\)' && echo 1 || echo 0)" "$out"
+out=$(job RDMALLOC_LOG_LEVEL=warn RDMALLOC_JOB_NOTED=no-device sh -c "$prog")
+check "debug lines only at debug" 0 "$(printf '%s\n' "$out" | grep -c 'debug:')" "$out"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

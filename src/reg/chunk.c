@@ -53,6 +53,8 @@ void rdmalloc_deregister_unmap(struct rdmalloc_chunk *c, void *p, size_t len)
 static void left_plain(const struct rdmalloc_chunk *c, int err)
 {
 	STAT_INC(refused_chunks);
+	rdmalloc_debug("chunk %p of %zu bytes left unregistered: %s", (void *)c->base, c->size,
+		       rdmalloc_refusal_text(err));
 	rdmalloc_log_once(RDMALLOC_LOG_WARN, "a %zu-byte chunk is left unregistered: %s; its memory is "
 			  "allocated all the same and registered when RDMA first needs it, and new "
 			  "chunks try again (further ones are only counted in refused_chunks)",
@@ -343,6 +345,11 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 	} else if (c->held) {
 		STAT_INC(inline_chunks);
 	}
+	rdmalloc_debug("chunk %p of %zu bytes: %s", (void *)c->base, c->size,
+		       !inline_made ? (resync ? "reserve hit, registrations redone (a PD or the access changed)"
+					      : "reserve hit, registered ahead")
+		       : c->held    ? "reserve miss, made and registered on the allocating thread"
+				    : "made, unregistered until RDMA needs it");
 	if (rdmalloc_spec_eager(spec))
 		rdmalloc_reserve_grown(spec, heap, size);
 	rdmalloc_pd_users_release(used);
@@ -483,6 +490,7 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c)
 	 * returns), and its keys are gone (the heap's key generation). */
 	STAT_INC(chunks_given_back);
 	STAT_ADD(bytes_given_back, c->map_size);
+	rdmalloc_debug("big chunk %p of %zu bytes given back: its block was freed", (void *)c->base, c->map_size);
 	atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
 	release(c);
 	return 0;

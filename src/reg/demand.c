@@ -114,5 +114,6 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 		return err;
 	}
 	STAT_INC(demand_registrations);
+	rdmalloc_debug("chunk %p of %zu bytes registered on first use", (void *)c->base, c->size);
 	return 0;
 }

@@ -109,6 +109,9 @@ static size_t give_back(struct rdmalloc_chunk *c)
 		}
 		STAT_INC(chunks_given_back);
 		STAT_ADD(bytes_given_back, c->map_size);
+		rdmalloc_debug("idle chunk %p of %zu bytes given back: deregistered, pages returned%s",
+			       (void *)c->base, c->map_size,
+			       rdmalloc_spec_on_demand(c->spec) ? "; registered again when RDMA needs it" : "");
 		rdmalloc_reserve_shrunk(&c->spec->reserve); /* its heap shrinks: no growth ahead */
 		/* Its keys are gone: a program that cached them can tell. */
 		atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
@@ -181,6 +184,7 @@ static int take_back(struct rdmalloc_chunk *c)
 	atomic_store_explicit(&c->live_size, c->size, memory_order_release);
 	rdmalloc_count_held(c, 1);
 	STAT_INC(chunks_taken_back);
+	rdmalloc_debug("chunk %p of %zu bytes taken back: registered again (new keys)", (void *)c->base, c->size);
 	rdmalloc_pd_users_release(used);
 	return 0;
 }

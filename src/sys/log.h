@@ -21,6 +21,15 @@ int rdmalloc_log_level(void);
  * from rdmalloc, so it is safe inside extent hooks. */
 void rdmalloc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A decision worth knowing (chunk made or given back, reserve hit or miss,
+ * an ibv_reg_mr elided or passed on, and why), at RDMALLOC_LOG_LEVEL=debug;
+ * the arguments are not evaluated below it. */
+#define rdmalloc_debug(...)                                              \
+	do {                                                             \
+		if (__builtin_expect(rdmalloc_log_level() >= RDMALLOC_LOG_DEBUG, 0)) \
+			rdmalloc_log(RDMALLOC_LOG_DEBUG, __VA_ARGS__);   \
+	} while (0)
+
 /* Logs and aborts: for broken invariants and invalid frees. */
 _Noreturn void rdmalloc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
