@@ -23,7 +23,7 @@ import json, sys
 d = {x["name"]: x for x in json.load(sys.stdin)["devices"]}
 assert d["rxe0"]["default_pd"], d
 p = d["rxe0"]["ports"][0]
-assert p["state"] == "PORT_ACTIVE" and p["link_layer"] == "Ethernet" and p["gid0"].startswith("fe80"), p
+assert p["state"] == "active" and p["link_layer"] == "Ethernet" and p["gid0"].startswith("fe80"), p
 assert d["rxe0"]["memory_windows"] in (True, False)
 print("rdmalloc info: rxe0 port 1", p["state"], p["gid0"])'
 }
