@@ -53,11 +53,10 @@ static atomic_int ready;
  * every chunk of the heap, whichever thread's arena it belongs to.  Preload
  * chunks are never released (the hooks refuse dalloc, and
  * rdma_heap_destroy refuses the preload heap), so a pointer the drop-in
- * returned keeps its bit for the life of the process.  The map is ours,
- * in .bss (16 MiB of address space, a page touched per 64 GiB of chunks'
- * address space): it exists before the first free(), so the test is a
- * compare with a constant and one load, no pointer to load first. */
-static unsigned char auto_map[RDMALLOC_ADDRMAP_AUTO_BYTES];
+ * returned keeps its bit for the life of the process.  The map's leaf
+ * pointers are ours, in .bss (32 KiB): they exist before the first free(),
+ * so the test loads no pointer to them first. */
+static rdmalloc_auto_leaf_t auto_map[RDMALLOC_ADDRMAP_AUTO_LEAVES];
 
 static inline int preload_memory(const void *p)
 {

@@ -10,9 +10,24 @@
 _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
 /* The auto map (addrmap.h), NULL until given or reserved; writers hold
  * the chunk lock. */
-static unsigned char *auto_map;
+static rdmalloc_auto_leaf_t *auto_map;
 
 #define L2_MASK ((1u << RDMALLOC_L2_BITS) - 1)
+#define AUTO_BYTE_MASK ((1u << (RDMALLOC_AUTO_LEAF_SHIFT - 3)) - 1)
+
+/* The auto map's leaf for granule @g, mapped if need be (chunk lock held):
+ * 0 or ENOMEM. */
+static int auto_leaf(uintptr_t g)
+{
+	rdmalloc_auto_leaf_t *slot = &auto_map[g >> RDMALLOC_AUTO_LEAF_SHIFT];
+	if (__atomic_load_n(slot, __ATOMIC_RELAXED))
+		return 0;
+	void *m = rdmalloc_os_map((size_t)1 << (RDMALLOC_AUTO_LEAF_SHIFT - 3));
+	if (!m)
+		return ENOMEM;
+	__atomic_store_n(slot, (unsigned char *)m, __ATOMIC_RELEASE); /* zeros: nothing marked */
+	return 0;
+}
 
 struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p)
 {
@@ -21,7 +36,7 @@ struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p)
 
 int rdmalloc_addrmap_auto_find(const void *p)
 {
-	unsigned char *map = __atomic_load_n(&auto_map, __ATOMIC_ACQUIRE);
+	rdmalloc_auto_leaf_t *map = __atomic_load_n(&auto_map, __ATOMIC_ACQUIRE);
 	return map && rdmalloc_addrmap_is_auto_in(map, p);
 }
 
@@ -45,23 +60,24 @@ static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
  * jemalloc's: not marked. */
 static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 {
-	unsigned char *mark = c->spec->auto_cache && !c->big ? auto_map : NULL;
+	rdmalloc_auto_leaf_t *mark = c->spec->auto_cache && !c->big ? auto_map : NULL;
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE) {
 		rdmalloc_addrmap_entry_t *leaf = leaf_of(a, 0);
 		atomic_store_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & L2_MASK], val,
 				      memory_order_release);
-		if (mark) {
+		if (mark) { /* the leaf exists: insert made it */
 			uintptr_t g = a >> RDMALLOC_GRANULE_SHIFT;
+			unsigned char *byte = &mark[g >> RDMALLOC_AUTO_LEAF_SHIFT][(g >> 3) & AUTO_BYTE_MASK];
 			unsigned char bit = (unsigned char)(1u << (g & 7));
 			if (val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE)
-				__atomic_fetch_or(&mark[g >> 3], bit, __ATOMIC_RELEASE);
+				__atomic_fetch_or(byte, bit, __ATOMIC_RELEASE);
 			else
-				__atomic_fetch_and(&mark[g >> 3], (unsigned char)~bit, __ATOMIC_RELEASE);
+				__atomic_fetch_and(byte, (unsigned char)~bit, __ATOMIC_RELEASE);
 		}
 	}
 }
 
-void rdmalloc_addrmap_auto_give(unsigned char *map)
+void rdmalloc_addrmap_auto_give(rdmalloc_auto_leaf_t *map)
 {
 	if (__atomic_load_n(&auto_map, __ATOMIC_RELAXED))
 		rdmalloc_fatal("the auto map was given after it was needed");
@@ -78,11 +94,16 @@ int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
 		if (!leaf_of(a, 1))
 			return ENOMEM;
-	if (c->spec->auto_cache && !auto_map) { /* the chunk lock orders writers */
-		void *m = rdmalloc_os_reserve(RDMALLOC_ADDRMAP_AUTO_BYTES);
-		if (!m)
-			return ENOMEM;
-		__atomic_store_n(&auto_map, (unsigned char *)m, __ATOMIC_RELEASE);
+	if (c->spec->auto_cache && !c->big) { /* the chunk lock orders writers */
+		if (!auto_map) {
+			void *m = rdmalloc_os_map(RDMALLOC_ADDRMAP_AUTO_LEAVES * sizeof(*auto_map));
+			if (!m)
+				return ENOMEM;
+			__atomic_store_n(&auto_map, (rdmalloc_auto_leaf_t *)m, __ATOMIC_RELEASE);
+		}
+		for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
+			if (auto_leaf(a >> RDMALLOC_GRANULE_SHIFT))
+				return ENOMEM;
 	}
 	set_range(c, c);
 	return 0;

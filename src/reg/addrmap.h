@@ -54,37 +54,45 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
  * whose memory goes through the thread's automatic cache and is never
  * released), but of its big chunks, and only granules its chunk's mapping
  * covers whole: one bit each, so that the drop-in's free() tells its own
- * jemalloc memory from anything else with one load, however many chunks
- * there are (what is not marked takes the slow path).
- * 2^24 bytes (16 MiB) of address space, reserved on the first such chunk
- * (or given, rdmalloc_addrmap_auto_give: the drop-in's is in its .bss) and
- * touched only where bits are set or read (one page per 64 GiB of address
- * space).  A bit rather than a byte: the drop-in's VmSize, which counts
- * against `ulimit -v`, was 128 MiB for this map.  A bit is set before the
- * chunk is returned to jemalloc, hence before any pointer into it exists,
- * and cleared only when the chunk is unpublished (nothing of it is
- * allocated then); writers hold the chunk lock and change their bits with
- * atomic read-modify-writes, as a byte holds 8 chunks' granules.
+ * jemalloc memory from anything else with two dependent loads, however
+ * many chunks there are (what is not marked takes the slow path).
+ * Two levels: 4096 leaf pointers (32 KiB, given by the drop-in from its
+ * .bss, or reserved on the first such chunk), each leaf a page of bits
+ * for 64 GiB of address space, mapped on the first chunk there and never
+ * unmapped.  A flat map was 128 MiB of .bss, then 16 MiB as bits: address
+ * space that `ulimit -v` counts, and more than a small program's whole
+ * heap.  A bit is set before the chunk is returned to jemalloc, hence
+ * before any pointer into it exists, and cleared only when the chunk is
+ * unpublished (nothing of it is allocated then); writers hold the chunk
+ * lock and change their bits with atomic read-modify-writes, as a byte
+ * holds 8 chunks' granules.
  */
 /* (__atomic_* on plain objects: GCC loads _Atomic ones through an extra lea) */
 #define RDMALLOC_ADDRMAP_AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
-#define RDMALLOC_ADDRMAP_AUTO_BYTES (RDMALLOC_ADDRMAP_AUTO_GRANULES / 8)
+#define RDMALLOC_AUTO_LEAF_SHIFT 15 /* granules per leaf: 4096 bytes of bits */
+#define RDMALLOC_ADDRMAP_AUTO_LEAVES (RDMALLOC_ADDRMAP_AUTO_GRANULES >> RDMALLOC_AUTO_LEAF_SHIFT)
+typedef unsigned char *rdmalloc_auto_leaf_t;
 
 /*
- * Whether @p is in a marked granule of @map, the storage its owner gave
- * (rdmalloc_addrmap_auto_give), which exists from the start, so that the
- * test is a compare with a constant and one load (the drop-in's free()).
+ * Whether @p is in a marked granule of @map, the leaf pointers its owner
+ * gave (rdmalloc_addrmap_auto_give), which exist from the start, so that
+ * the test needs no pointer to the map first (the drop-in's free()).
  */
-static inline int rdmalloc_addrmap_is_auto_in(const unsigned char *map, const void *p)
+static inline int rdmalloc_addrmap_is_auto_in(rdmalloc_auto_leaf_t const *map, const void *p)
 {
 	uintptr_t g = (uintptr_t)p >> RDMALLOC_GRANULE_SHIFT;
-	return likely(g < RDMALLOC_ADDRMAP_AUTO_GRANULES) && (__atomic_load_n(&map[g >> 3], __ATOMIC_RELAXED) >> (g & 7)) & 1;
+	if (unlikely(g >= RDMALLOC_ADDRMAP_AUTO_GRANULES))
+		return 0;
+	const unsigned char *leaf = __atomic_load_n(&map[g >> RDMALLOC_AUTO_LEAF_SHIFT], __ATOMIC_ACQUIRE);
+	return likely(leaf != NULL) &&
+	       (__atomic_load_n(&leaf[(g >> 3) & ((1u << (RDMALLOC_AUTO_LEAF_SHIFT - 3)) - 1)], __ATOMIC_RELAXED) >>
+		(g & 7)) & 1;
 }
 
-/* Use @map (RDMALLOC_ADDRMAP_AUTO_BYTES zero bytes that live as long as
- * the process) as the auto map: before the first chunk of an auto_cache
+/* Use @map (RDMALLOC_ADDRMAP_AUTO_LEAVES NULL pointers that live as long
+ * as the process) as the auto map: before the first chunk of an auto_cache
  * heap, else the map is reserved then. */
-void rdmalloc_addrmap_auto_give(unsigned char *map);
+void rdmalloc_addrmap_auto_give(rdmalloc_auto_leaf_t *map);
 
 /* Out-of-line copies for the unit tests. */
 RDMALLOC_TESTABLE struct rdmalloc_chunk *rdmalloc_addrmap_find(const void *p);
