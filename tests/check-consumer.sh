@@ -1,0 +1,20 @@
+#!/bin/sh
+# check-consumer.sh BUILD SRC PREFIX LIBDIR: meson install --destdir into a
+# temporary directory, then the outside project of tests/consumer builds
+# examples/keys.c against that tree with CMake (find_package(rdmalloc
+# CONFIG)) and with pkg-config, and runs it.  The tree is not at its prefix,
+# so this also proves the CMake files find the prefix from where they are.
+set -eu
+build=$1 src=$2 prefix=$3 libdir=$4
+command -v cmake >/dev/null || { echo "cmake not installed (tools/setup-deps)"; exit 1; }
+dest=$(mktemp -d)
+trap 'rm -rf "$dest"' EXIT
+meson install -C "$build" --destdir "$dest" --no-rebuild --quiet
+case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
+[ -f "$dest$libdir/cmake/rdmalloc/rdmallocConfig.cmake" ] &&
+	[ -f "$dest$libdir/cmake/rdmalloc/rdmallocConfigVersion.cmake" ] ||
+	{ echo "no rdmallocConfig.cmake / rdmallocConfigVersion.cmake in $libdir/cmake/rdmalloc"; exit 1; }
+export CMAKE_PREFIX_PATH="$dest$prefix"
+export PKG_CONFIG_PATH="$dest$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest"
+export LD_LIBRARY_PATH="$dest$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"$src/tests/consumer/run.sh" "$src/examples/keys.c" "$dest/work"
