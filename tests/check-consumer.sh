@@ -11,9 +11,9 @@ dest=$(mktemp -d)
 trap 'rm -rf "$dest"' EXIT
 meson install -C "$build" --destdir "$dest" --no-rebuild --quiet
 case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
-[ -f "$dest$libdir/cmake/rdmalloc/rdmallocConfig.cmake" ] &&
-	[ -f "$dest$libdir/cmake/rdmalloc/rdmallocConfigVersion.cmake" ] ||
-	{ echo "no rdmallocConfig.cmake / rdmallocConfigVersion.cmake in $libdir/cmake/rdmalloc"; exit 1; }
+for f in rdmallocConfig.cmake rdmallocConfigVersion.cmake; do
+	[ -f "$dest$libdir/cmake/rdmalloc/$f" ] || { echo "no $f installed in $libdir/cmake/rdmalloc"; exit 1; }
+done
 export CMAKE_PREFIX_PATH="$dest$prefix"
 export PKG_CONFIG_PATH="$dest$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest"
 export LD_LIBRARY_PATH="$dest$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
