@@ -14,6 +14,10 @@ case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
 for f in rdmallocConfig.cmake rdmallocConfigVersion.cmake; do
 	[ -f "$dest$libdir/cmake/rdmalloc/$f" ] || { echo "no $f installed in $libdir/cmake/rdmalloc"; exit 1; }
 done
+# cmake/meson.build names the soname itself: it must be the library's.
+soname=$(objdump -p "$dest$libdir/librdmalloc.so" | sed -n 's/^ *SONAME *//p')
+grep -q "IMPORTED_SONAME \"$soname\"" "$dest$libdir/cmake/rdmalloc/rdmallocConfig.cmake" ||
+	{ echo "rdmallocConfig.cmake's IMPORTED_SONAME is not the library's $soname (cmake/meson.build)"; exit 1; }
 export CMAKE_PREFIX_PATH="$dest$prefix"
 export PKG_CONFIG_PATH="$dest$libdir/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$dest"
 export LD_LIBRARY_PATH="$dest$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
