@@ -137,10 +137,13 @@ const char *rdma_malloc_version(unsigned int *major, unsigned int *minor, unsign
  * the program is idle the reserve's background thread ticks it
  * (RDMALLOC_RESERVE=0: no thread, and a heap nobody allocates from keeps
  * its chunks until rdma_malloc_trim()).  Blocks of up to 1 MiB a thread
- * freed last stay in its cache until it allocates again.  A lookup of an address in a given-back chunk
- * fails with ENOENT, and its old keys are invalid: a peer's RDMA access
- * with them fails (remote access error) and changes no byte.  Memory
- * allocated there later has new keys.  Never given back: a chunk with an
+ * freed last stay in its cache until it allocates again, or until the
+ * background thread flushes a cache its thread has not used for the decay
+ * time.  A lookup of an address in a given-back chunk of an rdma_* heap
+ * fails with ENOENT (the LD_PRELOAD drop-in's heap registers the chunk
+ * again instead, with new keys), and its old keys are invalid: a peer's
+ * RDMA access with them fails (remote access error) and changes no byte.
+ * Memory allocated there later has new keys.  Never given back: a chunk with an
  * allocation, a memory window allocated on it (rdma_malloc_mw_grant()), or
  * an ibv_reg_mr() region the LD_PRELOAD drop-in answered from it.  When a
  * registration fails for want of memory (RLIMIT_MEMLOCK) or

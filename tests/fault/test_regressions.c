@@ -38,7 +38,7 @@ Test(known_bugs, chunk_undo_unmaps_a_chunk_that_is_still_registered, .init = cr_
 }
 
 /*
- * BUG 2 (src/heap.c, rdma_heap_destroy(), the range check): a handle inside
+ * BUG 2 (src/heap/heap.c, rdma_heap_destroy(), the range check): a handle inside
  * heap_store[] but not at the start of a heap passes the check, and h->slot
  * is then read from the middle of a heap struct (misaligned; UBSan reports
  * it) and used as an index into heaps[]: an out-of-bounds read, a crash or
