@@ -15,6 +15,7 @@
 
 #include "compiler.h"
 #include "rdma_malloc.h"
+#include "text.h"
 
 static const struct field {
 	const char *name, *desc;
@@ -40,17 +41,8 @@ static enum unit unit_of(const char *name)
 /* @v in @unit, for people: "3", "512 B", "6.0 MiB", "950 ns", "1.2 ms". */
 static void human(char *buf, size_t len, uint64_t v, enum unit unit)
 {
-	static const char *const bytes[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	if (unit == UNIT_BYTES && v >= 1024) {
-		double x = (double)v / 1024;
-		size_t i = 0;
-		while (x >= 1024 && i + 1 < ARRAY_SIZE(bytes)) {
-			x /= 1024;
-			i++;
-		}
-		snprintf(buf, len, "%.1f %s", x, bytes[i]);
-	} else if (unit == UNIT_BYTES) {
-		snprintf(buf, len, "%" PRIu64 " B", v);
+	if (unit == UNIT_BYTES) {
+		rdmalloc_text_bytes(buf, len, v);
 	} else if (unit == UNIT_NS && v >= 1000000000) {
 		snprintf(buf, len, "%.2f s", (double)v / 1e9);
 	} else if (unit == UNIT_NS && v >= 1000000) {
@@ -112,22 +104,6 @@ static int print_text(FILE *out, const struct rdma_malloc_stats *st, int all)
 	return rc;
 }
 
-/* @s as a JSON string's contents. */
-static int json_string(FILE *out, const char *s)
-{
-	int rc = 0;
-	for (; *s && rc >= 0; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			rc = fprintf(out, "\\%c", c);
-		else if (c < 0x20)
-			rc = fprintf(out, "\\u%04x", c);
-		else
-			rc = fputc(c, out) == EOF ? -1 : 0;
-	}
-	return rc;
-}
-
 static int print_json(FILE *out, const struct rdma_malloc_stats *st)
 {
 	int rc = fprintf(out, "{\"version\": %u", (unsigned)st->version);
@@ -136,7 +112,7 @@ static int print_json(FILE *out, const struct rdma_malloc_stats *st)
 	if (rc >= 0)
 		rc = fprintf(out, ", \"pid\": %ld, \"program\": \"", (long)getpid());
 	if (rc >= 0)
-		rc = json_string(out, program_invocation_short_name);
+		rc = rdmalloc_text_json(out, program_invocation_short_name);
 	if (rc >= 0)
 		rc = fprintf(out, "\", \"library_version\": \"%s\"}\n", rdma_malloc_version(NULL, NULL, NULL));
 	return rc;

@@ -5,6 +5,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "text.h"
+
 static int json;
 static int depth;
 static int first[16] = { 1 }; /* JSON: no comma before the first member */
@@ -24,15 +26,7 @@ void out_init(int as_json)
 static void json_str(const char *s)
 {
 	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
+	rdmalloc_text_json(stdout, s);
 	putchar('"');
 }
 
@@ -145,17 +139,5 @@ void out_finish(void)
 
 const char *out_bytes(uint64_t v, char *buf, int len)
 {
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	if (v < 1024) {
-		snprintf(buf, (size_t)len, "%" PRIu64 " B", v);
-		return buf;
-	}
-	double x = (double)v / 1024;
-	int i = 0;
-	while (x >= 1024 && i < 5) {
-		x /= 1024;
-		i++;
-	}
-	snprintf(buf, (size_t)len, "%.1f %s", x, units[i]);
-	return buf;
+	return rdmalloc_text_bytes(buf, (size_t)len, v);
 }
