@@ -84,13 +84,12 @@ static void *block_get(unsigned cls)
 		/* Blocks of a page or more start on a page: fewer pages touched. */
 		size_t size = (size_t)1 << cls, a = size < 4096 ? size : 4096;
 		uintptr_t at = (top + a - 1) & ~(uintptr_t)(a - 1);
-		if (!end || at + size > end) {
-			if (grow(size) == 0)
-				at = top; /* page-aligned */
-			else
-				at = end; /* no room */
+		int room = end && at + size <= end;
+		if (!room && grow(size) == 0) {
+			at = top; /* a new range: page-aligned, at least @size long */
+			room = 1;
 		}
-		if (end && at + size <= end) {
+		if (room) {
 			b = (void *)at;
 			top = at + size;
 		}

@@ -13,7 +13,6 @@ _Atomic(rdmalloc_addrmap_entry_t *) rdmalloc_addrmap[1u << RDMALLOC_L1_BITS];
 static rdmalloc_auto_leaf_t *auto_map;
 
 #define L2_MASK ((1u << RDMALLOC_L2_BITS) - 1)
-#define AUTO_BYTE_MASK ((1u << (RDMALLOC_AUTO_LEAF_SHIFT - 3)) - 1)
 
 /* The auto map's leaf for granule @g, mapped if need be (chunk lock held):
  * 0 or ENOMEM. */
@@ -22,7 +21,7 @@ static int auto_leaf(uintptr_t g)
 	rdmalloc_auto_leaf_t *slot = &auto_map[g >> RDMALLOC_AUTO_LEAF_SHIFT];
 	if (__atomic_load_n(slot, __ATOMIC_RELAXED))
 		return 0;
-	void *m = rdmalloc_os_map((size_t)1 << (RDMALLOC_AUTO_LEAF_SHIFT - 3));
+	void *m = rdmalloc_os_map(RDMALLOC_AUTO_LEAF_BYTES);
 	if (!m)
 		return ENOMEM;
 	__atomic_store_n(slot, (unsigned char *)m, __ATOMIC_RELEASE); /* zeros: nothing marked */
@@ -53,6 +52,12 @@ static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
 	return m;
 }
 
+/* Whether @c's granules are marked in the auto map (addrmap.h). */
+static int marked(const struct rdmalloc_chunk *c)
+{
+	return c->spec->auto_cache && !c->big;
+}
+
 /* The auto map marks a granule only when the chunk's mapping covers all of
  * it: the rest of a granule a mapping ends inside is the kernel's to give
  * to anyone, and a free() there must not reach jemalloc (it takes the slow
@@ -60,14 +65,14 @@ static rdmalloc_addrmap_entry_t *leaf_of(uintptr_t a, int create)
  * jemalloc's: not marked. */
 static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 {
-	rdmalloc_auto_leaf_t *mark = c->spec->auto_cache && !c->big ? auto_map : NULL;
+	rdmalloc_auto_leaf_t *mark = marked(c) ? auto_map : NULL;
 	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE) {
 		rdmalloc_addrmap_entry_t *leaf = leaf_of(a, 0);
 		atomic_store_explicit(&leaf[(a >> RDMALLOC_GRANULE_SHIFT) & L2_MASK], val,
 				      memory_order_release);
 		if (mark) { /* the leaf exists: insert made it */
 			uintptr_t g = a >> RDMALLOC_GRANULE_SHIFT;
-			unsigned char *byte = &mark[g >> RDMALLOC_AUTO_LEAF_SHIFT][(g >> 3) & AUTO_BYTE_MASK];
+			unsigned char *byte = &mark[g >> RDMALLOC_AUTO_LEAF_SHIFT][(g >> 3) & (RDMALLOC_AUTO_LEAF_BYTES - 1)];
 			unsigned char bit = (unsigned char)(1u << (g & 7));
 			if (val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE)
 				__atomic_fetch_or(byte, bit, __ATOMIC_RELEASE);
@@ -90,21 +95,17 @@ int rdmalloc_addrmap_insert(struct rdmalloc_chunk *c)
 		rdmalloc_fatal("chunk %p is not aligned to the table granule", (void *)c->base);
 	if ((c->base + c->size) >> RDMALLOC_VA_BITS)
 		return ENOMEM;
-	/* Every leaf first, so that a failure leaves nothing half published. */
-	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
-		if (!leaf_of(a, 1))
+	if (marked(c) && !auto_map) { /* the chunk lock orders writers */
+		void *m = rdmalloc_os_map(RDMALLOC_ADDRMAP_AUTO_LEAVES * sizeof(*auto_map));
+		if (!m)
 			return ENOMEM;
-	if (c->spec->auto_cache && !c->big) { /* the chunk lock orders writers */
-		if (!auto_map) {
-			void *m = rdmalloc_os_map(RDMALLOC_ADDRMAP_AUTO_LEAVES * sizeof(*auto_map));
-			if (!m)
-				return ENOMEM;
-			__atomic_store_n(&auto_map, (rdmalloc_auto_leaf_t *)m, __ATOMIC_RELEASE);
-		}
-		for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
-			if (auto_leaf(a >> RDMALLOC_GRANULE_SHIFT))
-				return ENOMEM;
+		__atomic_store_n(&auto_map, (rdmalloc_auto_leaf_t *)m, __ATOMIC_RELEASE);
 	}
+	/* Every leaf first, the table's and the auto map's, so that a failure
+	 * leaves nothing half published. */
+	for (uintptr_t a = c->base; a < c->base + c->size; a += RDMALLOC_GRANULE)
+		if (!leaf_of(a, 1) || (marked(c) && auto_leaf(a >> RDMALLOC_GRANULE_SHIFT)))
+			return ENOMEM;
 	set_range(c, c);
 	return 0;
 }

@@ -70,6 +70,7 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 /* (__atomic_* on plain objects: GCC loads _Atomic ones through an extra lea) */
 #define RDMALLOC_ADDRMAP_AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
 #define RDMALLOC_AUTO_LEAF_SHIFT 15 /* granules per leaf: 4096 bytes of bits */
+#define RDMALLOC_AUTO_LEAF_BYTES ((size_t)1 << (RDMALLOC_AUTO_LEAF_SHIFT - 3))
 #define RDMALLOC_ADDRMAP_AUTO_LEAVES (RDMALLOC_ADDRMAP_AUTO_GRANULES >> RDMALLOC_AUTO_LEAF_SHIFT)
 typedef unsigned char *rdmalloc_auto_leaf_t;
 
@@ -85,7 +86,7 @@ static inline int rdmalloc_addrmap_is_auto_in(rdmalloc_auto_leaf_t const *map, c
 		return 0;
 	const unsigned char *leaf = __atomic_load_n(&map[g >> RDMALLOC_AUTO_LEAF_SHIFT], __ATOMIC_ACQUIRE);
 	return likely(leaf != NULL) &&
-	       (__atomic_load_n(&leaf[(g >> 3) & ((1u << (RDMALLOC_AUTO_LEAF_SHIFT - 3)) - 1)], __ATOMIC_RELAXED) >>
+	       (__atomic_load_n(&leaf[(g >> 3) & (RDMALLOC_AUTO_LEAF_BYTES - 1)], __ATOMIC_RELAXED) >>
 		(g & 7)) & 1;
 }
 
