@@ -514,6 +514,11 @@ static void not_elided(int err)
 	}
 }
 
+static void passed_on(void *addr, size_t len, const char *why)
+{
+	rdmalloc_debug("ibv_reg_mr(%p, %zu bytes) goes to libibverbs: %s", addr, len, why);
+}
+
 /* The elided region for [addr, addr+len), or NULL when not eligible. */
 static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
@@ -521,7 +526,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 	struct rdmalloc_chunk *c = eligible(pd, addr, len, access, &why);
 	if (!c) {
 		if (why)
-			rdmalloc_debug("ibv_reg_mr(%p, %zu bytes) goes to libibverbs: %s", addr, len, why);
+			passed_on(addr, len, why);
 		return NULL;
 	}
 	struct elided *e = record_take();
@@ -531,8 +536,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 			record_release(e);
 			not_elided(err);
 		}
-		rdmalloc_debug("ibv_reg_mr(%p, %zu bytes) goes to libibverbs: %s", addr, len,
-			       !e ? "no elided-region record left" : err == ENOSPC ? "no PD slot left" : strerror(err));
+		passed_on(addr, len, !e ? "no elided-region record left" : err == ENOSPC ? "no PD slot left" : strerror(err));
 		rdmalloc_chunk_unpin(c);
 		return NULL;
 	}

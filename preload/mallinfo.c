@@ -18,12 +18,16 @@
  * core is up; mallinfo has no way to report an error). */
 static struct rdma_malloc_stats now(void)
 {
-	struct rdma_malloc_stats s = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s) };
-	if (rdma_malloc_stats_get(&s)) {
-		struct rdma_malloc_stats zero = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s) };
-		s = zero;
-	}
-	return s;
+	const struct rdma_malloc_stats zero = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(zero) };
+	struct rdma_malloc_stats s = zero;
+	return rdma_malloc_stats_get(&s) ? zero : s;
+}
+
+/* Bytes of the chunks not in live allocations (live_bytes is sampled
+ * apart from chunk_bytes: never below 0). */
+static uint64_t idle_bytes(const struct rdma_malloc_stats *s)
+{
+	return s->chunk_bytes > s->live_bytes ? s->chunk_bytes - s->live_bytes : 0;
 }
 
 /*
@@ -39,7 +43,7 @@ PRELOAD_API struct mallinfo2 mallinfo2(void)
 	struct mallinfo2 m = { 0 };
 	m.arena = s.chunk_bytes;
 	m.uordblks = s.live_bytes;
-	m.fordblks = s.chunk_bytes > s.live_bytes ? s.chunk_bytes - s.live_bytes : 0;
+	m.fordblks = idle_bytes(&s);
 	m.hblks = s.big_blocks;
 	m.usmblks = s.peak_chunk_bytes;
 	return m;
@@ -76,7 +80,6 @@ PRELOAD_API int malloc_info(int options, FILE *fp)
 		return -1;
 	}
 	struct rdma_malloc_stats s = now();
-	unsigned long long rest = s.chunk_bytes > s.live_bytes ? s.chunk_bytes - s.live_bytes : 0;
 	fprintf(fp,
 		"<malloc version=\"rdmalloc-%s\">\n"
 		"<total type=\"chunks\" count=\"%llu\" size=\"%llu\"/>\n"
@@ -88,7 +91,7 @@ PRELOAD_API int malloc_info(int options, FILE *fp)
 		"<total type=\"pinned\" size=\"%llu\"/>\n"
 		"</malloc>\n",
 		rdma_malloc_version(NULL, NULL, NULL), (unsigned long long)s.chunks,
-		(unsigned long long)s.chunk_bytes, (unsigned long long)s.live_bytes, rest,
+		(unsigned long long)s.chunk_bytes, (unsigned long long)s.live_bytes, (unsigned long long)idle_bytes(&s),
 		(unsigned long long)s.big_blocks, (unsigned long long)s.chunk_bytes,
 		(unsigned long long)s.peak_chunk_bytes, (unsigned long long)s.pinned_bytes);
 	return ferror(fp) ? -1 : 0;
