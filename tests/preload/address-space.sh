@@ -16,12 +16,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'import json; s = json.dumps(list(range(100000))); print(len(s))\n' >"$tmp/prog.py"
 seq 200000 | sort -R >"$tmp/numbers"
-cases=(
-	"python3 $tmp/prog.py"
-	"sort -n $tmp/numbers"
-	"awk {s+=\$1} END{print s} $tmp/numbers"
-	"sqlite3 :memory: create table t(x); insert into t select value from generate_series(1,100000); select sum(x) from t;"
-)
 # What a program needs is measured as the smallest `ulimit -v` it runs
 # under (a search in 4 MiB steps): VmPeak polled from /proc would be racy.
 runs() { # runs LIMIT PRELOAD CMD...: succeeds with the expected output and a clean stderr
@@ -41,14 +35,14 @@ least() { # least PRELOAD CMD...: the smallest limit in KiB it runs under
 	done
 	echo $hi
 }
-for c in "${cases[@]}"; do
-	read -r -a words <<<"${c%% *}"
-	if ! command -v "${words[0]}" >/dev/null; then echo "# ${words[0]}: not installed, skipped"; continue; fi
-	case "$c" in
-	awk*) cmd=(awk '{s+=$1} END{print s}' "$tmp/numbers") ;;
-	sqlite3*) cmd=(sqlite3 :memory: "${c#sqlite3 :memory: }") ;;
-	*) read -r -a cmd <<<"$c" ;;
+for name in python3 sort awk sqlite3; do
+	case $name in
+	python3) cmd=(python3 "$tmp/prog.py") ;;
+	sort) cmd=(sort -n "$tmp/numbers") ;;
+	awk) cmd=(awk '{s+=$1} END{print s}' "$tmp/numbers") ;;
+	sqlite3) cmd=(sqlite3 :memory: "create table t(x); insert into t select value from generate_series(1,100000); select sum(x) from t;") ;;
 	esac
+	if ! command -v "$name" >/dev/null; then echo "# $name: not installed, skipped"; continue; fi
 	"${cmd[@]}" >"$tmp/want" 2>/dev/null || { echo "FAIL ${cmd[0]} does not run plainly"; failed=$((failed + 1)); continue; }
 	jl=$(least "$je" "${cmd[@]}")
 	limit=$((2 * jl))
