@@ -49,12 +49,12 @@ static atomic_uint next_arena;
 static atomic_int ready;
 #define tl_bound (rdmalloc_tl.bound) /* 1 bound, -1 binding failed (tls.h) */
 
-/* Memory of a preload chunk: one bit of the address map (addrmap.h), for
+/* Memory of a preload chunk: one byte of the address map (addrmap.h), for
  * every chunk of the heap, whichever thread's arena it belongs to.  Preload
  * chunks are never released (the hooks refuse dalloc, and
  * rdma_heap_destroy refuses the preload heap), so a pointer the drop-in
- * returned keeps its bit for the life of the process.  The map's leaf
- * pointers are ours, in .bss (32 KiB): they exist before the first free(),
+ * returned keeps its byte for the life of the process.  The map's leaf
+ * pointers are ours, in .bss (256 KiB): they exist before the first free(),
  * so the test loads no pointer to them first. */
 static rdmalloc_auto_leaf_t auto_map[RDMALLOC_ADDRMAP_AUTO_LEAVES];
 

@@ -72,12 +72,9 @@ static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 				      memory_order_release);
 		if (mark) { /* the leaf exists: insert made it */
 			uintptr_t g = a >> RDMALLOC_GRANULE_SHIFT;
-			unsigned char *byte = &mark[g >> RDMALLOC_AUTO_LEAF_SHIFT][(g >> 3) & (RDMALLOC_AUTO_LEAF_BYTES - 1)];
-			unsigned char bit = (unsigned char)(1u << (g & 7));
-			if (val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE)
-				__atomic_fetch_or(byte, bit, __ATOMIC_RELEASE);
-			else
-				__atomic_fetch_and(byte, (unsigned char)~bit, __ATOMIC_RELEASE);
+			__atomic_store_n(&mark[g >> RDMALLOC_AUTO_LEAF_SHIFT][g & (RDMALLOC_AUTO_LEAF_BYTES - 1)],
+					 val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE,
+					 __ATOMIC_RELEASE);
 		}
 	}
 }

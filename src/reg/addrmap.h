@@ -53,24 +53,23 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
  * The granules of chunks whose spec has `auto_cache` (the drop-in's heap,
  * whose memory goes through the thread's automatic cache and is never
  * released), but of its big chunks, and only granules its chunk's mapping
- * covers whole: one bit each, so that the drop-in's free() tells its own
+ * covers whole: one byte each, so that the drop-in's free() tells its own
  * jemalloc memory from anything else with two dependent loads, however
  * many chunks there are (what is not marked takes the slow path).
- * Two levels: 4096 leaf pointers (32 KiB, given by the drop-in from its
- * .bss, or reserved on the first such chunk), each leaf a page of bits
- * for 64 GiB of address space, mapped on the first chunk there and never
- * unmapped.  A flat map was 128 MiB of .bss, then 16 MiB as bits: address
- * space that `ulimit -v` counts, and more than a small program's whole
- * heap.  A bit is set before the chunk is returned to jemalloc, hence
- * before any pointer into it exists, and cleared only when the chunk is
- * unpublished (nothing of it is allocated then); writers hold the chunk
- * lock and change their bits with atomic read-modify-writes, as a byte
- * holds 8 chunks' granules.
+ * Two levels: 32768 leaf pointers (256 KiB, given by the drop-in from its
+ * .bss, or mapped on the first such chunk), each leaf a page of bytes for
+ * 8 GiB of address space, mapped on the first chunk there and never
+ * unmapped.  A flat map was 128 MiB of .bss: address space that
+ * `ulimit -v` counts, more than a small program's whole heap.  Bytes, not
+ * bits: free's test stays a load, and writers a store.  A byte is set
+ * before the chunk is returned to jemalloc, hence before any pointer into
+ * it exists, and cleared only when the chunk is unpublished (nothing of it
+ * is allocated then).
  */
 /* (__atomic_* on plain objects: GCC loads _Atomic ones through an extra lea) */
 #define RDMALLOC_ADDRMAP_AUTO_GRANULES ((uintptr_t)1 << (RDMALLOC_VA_BITS - RDMALLOC_GRANULE_SHIFT))
-#define RDMALLOC_AUTO_LEAF_SHIFT 15 /* granules per leaf: 4096 bytes of bits */
-#define RDMALLOC_AUTO_LEAF_BYTES ((size_t)1 << (RDMALLOC_AUTO_LEAF_SHIFT - 3))
+#define RDMALLOC_AUTO_LEAF_SHIFT 12 /* granules per leaf: a page of bytes */
+#define RDMALLOC_AUTO_LEAF_BYTES ((size_t)1 << RDMALLOC_AUTO_LEAF_SHIFT)
 #define RDMALLOC_ADDRMAP_AUTO_LEAVES (RDMALLOC_ADDRMAP_AUTO_GRANULES >> RDMALLOC_AUTO_LEAF_SHIFT)
 typedef unsigned char *rdmalloc_auto_leaf_t;
 
@@ -85,14 +84,12 @@ static inline int rdmalloc_addrmap_is_auto_in(rdmalloc_auto_leaf_t const *map, c
 	if (unlikely(g >= RDMALLOC_ADDRMAP_AUTO_GRANULES))
 		return 0;
 	const unsigned char *leaf = __atomic_load_n(&map[g >> RDMALLOC_AUTO_LEAF_SHIFT], __ATOMIC_ACQUIRE);
-	return likely(leaf != NULL) &&
-	       (__atomic_load_n(&leaf[(g >> 3) & (RDMALLOC_AUTO_LEAF_BYTES - 1)], __ATOMIC_RELAXED) >>
-		(g & 7)) & 1;
+	return likely(leaf != NULL) && __atomic_load_n(&leaf[g & (RDMALLOC_AUTO_LEAF_BYTES - 1)], __ATOMIC_RELAXED);
 }
 
 /* Use @map (RDMALLOC_ADDRMAP_AUTO_LEAVES NULL pointers that live as long
  * as the process) as the auto map: before the first chunk of an auto_cache
- * heap, else the map is reserved then. */
+ * heap, else the map is mapped then. */
 void rdmalloc_addrmap_auto_give(rdmalloc_auto_leaf_t *map);
 
 /* Out-of-line copies for the unit tests. */
