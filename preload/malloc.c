@@ -20,6 +20,7 @@
  * doc/preload.md has the whole story: bootstrap, reentrancy, fork.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -40,6 +41,7 @@
 #include "addrmap.h"
 #include "rdma_malloc.h"
 #include "counters.h"
+#include "freed.h"
 #include "verbs.h"
 
 static struct rdmalloc_heap *pheap;
@@ -58,10 +60,26 @@ static atomic_int ready;
  * so the test loads no pointer to them first. */
 static rdmalloc_auto_leaf_t auto_map[RDMALLOC_ADDRMAP_AUTO_LEAVES];
 
+/* Its byte: RDMALLOC_AUTO_PLAIN, or _CHECKED with RDMALLOC_CHECK_FREE. */
 static inline int preload_memory(const void *p)
 {
 	return rdmalloc_addrmap_is_auto_in(auto_map, p);
 }
+
+/*
+ * RDMALLOC_CHECK_FREE (freed.h): its cost is on the slow paths only, and
+ * nothing on the fast ones without it.  malloc's and calloc's fast path
+ * wants the thread's word equal to fast_word, which no thread's word
+ * equals when frees are checked; free's wants the granule's byte PLAIN,
+ * which no granule's is then.
+ */
+static int check_free;
+union tl_word {
+	struct rdmalloc_tl_state st;
+	uint64_t word;
+};
+static const union tl_word bound_word = { .st = { .in_verbs = 0, .bound = 1 } };
+static union tl_word fast_word = bound_word;
 
 struct rdmalloc_heap *rdmalloc_preload_heap(void)
 {
@@ -72,6 +90,9 @@ __attribute__((constructor(101))) static void preload_init(void)
 {
 	rdmalloc_addrmap_auto_give(auto_map);
 	rdmalloc_init_core();
+	check_free = rdmalloc_opts.check_free;
+	if (check_free) /* before any thread is bound (ready) */
+		fast_word.st.bound = INT_MIN; /* no thread's */
 	/* RDMA (libibverbs, the default PD) on first need (init.h), unless
 	 * every chunk is to be registered as it is made. */
 	if (rdmalloc_opts.preload_register == RDMALLOC_PRELOAD_EAGER)
@@ -80,7 +101,8 @@ __attribute__((constructor(101))) static void preload_init(void)
 	 * rdma_heap_create()'s checks applies.  Its memory is in automatic
 	 * caches: never to be destroyed. */
 	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access, RDMALLOC_HEAP_AUTO_CACHE,
+	struct rdmalloc_heap *h = rdmalloc_heap_create(rdmalloc_opts.preload_access,
+						       RDMALLOC_HEAP_AUTO_CACHE | (check_free ? RDMALLOC_HEAP_CHECK_FREES : 0),
 						       rdmalloc_opts.decay_ms, &err);
 	if (!h) {
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot create the LD_PRELOAD heap: %s; "
@@ -132,14 +154,30 @@ static __attribute__((noinline)) int bind_thread(void)
 	return 0;
 }
 
-/* Bound and not inside a verbs call: one 64-bit TLS compare. */
+static inline uint64_t tl_word(void)
+{
+	uint64_t st;
+	memcpy(&st, &rdmalloc_tl, sizeof(st));
+	return st;
+}
+
+/* Bound and not inside a verbs call, and frees not checked: one 64-bit
+ * TLS compare. */
 static inline int fast(void)
 {
-	static const struct rdmalloc_tl_state want = { .in_verbs = 0, .bound = 1 };
-	uint64_t st, w;
-	memcpy(&st, &rdmalloc_tl, sizeof(st));
-	memcpy(&w, &want, sizeof(w)); /* a constant, whatever the byte order */
-	return likely(st == w);
+	return likely(tl_word() == fast_word.word);
+}
+
+/* The same whether frees are checked or not. */
+static inline int fast_checked(void)
+{
+	return tl_word() == bound_word.word;
+}
+
+/* Bound and not inside a verbs call: jemalloc's automatic calls serve it. */
+static inline int bound_here(void)
+{
+	return tl_bound > 0 && !rdmalloc_tl_in_verbs;
 }
 
 static inline int ready_thread(void)
@@ -174,7 +212,16 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 	} while (!p && --tries && rdmalloc_heaps_relieve());
 	if (!p)
 		errno = ENOMEM;
-	return p;
+	return check_free ? rdmalloc_freed_clear(p) : p;
+}
+
+/* With RDMALLOC_CHECK_FREE, a bound thread's malloc: no key left in the
+ * block (calloc's is zero). */
+static __attribute__((noinline)) void *malloc_slow(size_t size)
+{
+	if (check_free && fast_checked())
+		return rdmalloc_freed_clear(rdmalloc_auto_malloc(size));
+	return alloc_any(size, 0, 0);
 }
 
 /*
@@ -188,12 +235,12 @@ PRELOAD_API void *malloc(size_t size)
 {
 	if (likely(fast()))
 		return rdmalloc_auto_malloc(size);
-	return alloc_any(size, 0, 0);
+	return malloc_slow(size);
 }
 
 PRELOAD_API void *calloc(size_t n, size_t size)
 {
-	if (likely(fast()))
+	if (likely(fast()) || (check_free && fast_checked()))
 		return rdmalloc_auto_calloc(n, size);
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total)) {
@@ -210,12 +257,28 @@ static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, 
 	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 }
 
-/* free() of anything the auto map does not mark: the nest's blocks, the
+/* A block of the drop-in's heap, whose malloc(@size) is known (0: not),
+ * checked for a double free first with RDMALLOC_CHECK_FREE. */
+static void free_auto(void *p, size_t size, const char *who)
+{
+	if (check_free)
+		rdmalloc_freed_mark(p, who);
+	if (size)
+		rdmalloc_auto_free_sized(p, size);
+	else
+		rdmalloc_auto_free(p);
+}
+
+/* free() of anything the auto map does not mark PLAIN: the nest's blocks, the
  * rdma_* heaps' memory (their big blocks among it: the drop-in's heap has
  * none), and the drop-in's in a granule its chunk's mapping does not cover
- * whole (addrmap.h). */
+ * whole (addrmap.h); all of the drop-in's with RDMALLOC_CHECK_FREE. */
 static __attribute__((noinline)) void free_slow(void *p)
 {
+	if (preload_memory(p) == RDMALLOC_AUTO_CHECKED) {
+		free_auto(p, 0, "free");
+		return;
+	}
 	if (!p)
 		return;
 	if (rdmalloc_nest_owns(p)) {
@@ -228,15 +291,24 @@ static __attribute__((noinline)) void free_slow(void *p)
 	else if (c->big)
 		rdmalloc_big_free(c, p, "free");
 	else if (c->heap == pheap)
-		rdmalloc_auto_free(p);
+		free_auto(p, 0, "free");
 	else
-		rdmalloc_heap_dallocx(c->heap, p); /* an rdma_* heap */
+		rdmalloc_heap_dallocx(c->heap, p, "free"); /* an rdma_* heap */
+}
+
+/* C++ sized delete's slow path: the same with the size known. */
+static __attribute__((noinline)) void free_sized_slow(void *p, size_t size)
+{
+	if (preload_memory(p) == RDMALLOC_AUTO_CHECKED)
+		free_auto(p, size, "operator delete"); /* size 0: new(0), a block of 1 byte */
+	else
+		free_slow(p);
 }
 
 PRELOAD_API void free(void *p)
 {
 	/* NULL is in no chunk: it takes the slow path. */
-	if (likely(preload_memory(p)))
+	if (likely(preload_memory(p) == RDMALLOC_AUTO_PLAIN))
 		rdmalloc_auto_free(p); /* the automatic cache may hold it */
 	else
 		free_slow(p);
@@ -244,8 +316,8 @@ PRELOAD_API void free(void *p)
 
 void rdmalloc_preload_free_sized(void *p, size_t size)
 {
-	if (unlikely(!preload_memory(p)))
-		free_slow(p);
+	if (unlikely(preload_memory(p) != RDMALLOC_AUTO_PLAIN))
+		free_sized_slow(p, size);
 	else if (likely(size))
 		rdmalloc_auto_free_sized(p, size);
 	else
@@ -307,11 +379,13 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		not_ours("realloc", p);
 	if (c && c->heap != pheap)
 		return rdmalloc_api_realloc(c->heap, p, c, size); /* an rdma_* heap: stay in it */
+	if (check_free)
+		rdmalloc_freed_check(p, "realloc"); /* a moved block gets p's first bytes, not a key */
 	void *q;
 	int tries = 2;
 	do { /* once more after a relief of memory pressure */
-		q = likely(fast()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
-				   : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
+		q = likely(bound_here()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
+					 : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
 	} while (!q && --tries && rdmalloc_heaps_relieve());
 	if (!q)
 		errno = ENOMEM;

@@ -73,7 +73,7 @@ static void release(struct rdmalloc_chunk *c, void *ptr, const char *who)
 	if (c->big)
 		rdmalloc_big_free(c, ptr, who);
 	else
-		rdmalloc_heap_dallocx(c->heap, ptr);
+		rdmalloc_heap_dallocx(c->heap, ptr, who);
 }
 
 static int bad_alignment(size_t alignment)
@@ -127,7 +127,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	int tries = 2;
 	do /* once more after memory pressure gave idle memory back */
 		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain)
-			   : rdmalloc_heap_rallocx(to, ptr, size ? size : 1);
+			   : rdmalloc_heap_rallocx(to, ptr, size ? size : 1, "rdma_realloc");
 	while (unlikely(!q) && --tries && rdmalloc_heaps_relieve());
 	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;

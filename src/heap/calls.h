@@ -17,7 +17,8 @@
 #define RDMALLOC_ARENA(a) MALLOCX_ARENA(a)
 #define RDMALLOC_TCACHE_NONE MALLOCX_TCACHE_NONE
 
-/* With explicit flags (a heap's own go through heap.h's rdmalloc_heap_*x). */
+/* With explicit flags (a heap's own go through heap.h's rdmalloc_heap_*x).
+ * None of these checks for double frees (freed.h): their callers do. */
 static inline void *rdmalloc_mallocx(size_t size, int flags)
 {
 	return je_mallocx(size, flags);

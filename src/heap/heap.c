@@ -43,6 +43,7 @@
 #include "lock.h"
 #include "log.h"
 #include "options.h"
+#include "freed.h"
 #include "os.h"
 #include "addrmap.h"
 #include "counters.h"
@@ -55,6 +56,7 @@ struct rdmalloc_heap {
 	long decay_ms;  /* jemalloc's dirty_decay_ms of its arenas (-1: never) */
 	uint32_t gen; /* unique per heap lifetime, never 0 */
 	_Atomic int auto_tcache; /* RDMALLOC_HEAP_AUTO_CACHE */
+	int check_frees; /* freed.h: every heap of the API; the drop-in's with RDMALLOC_HEAP_CHECK_FREES */
 	/* arenas[0] from creation (mallocx's arena); more from
 	 * rdmalloc_heap_add_arenas (heap_mutex) */
 	_Atomic unsigned narenas;
@@ -332,21 +334,25 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 	flags |= MALLOCX_ARENA(h->arenas[0]) | cache_enter(h, &t);
 	void *p = rdmalloc_mallocx(size, flags);
 	cache_leave(t);
-	return p;
+	return h->check_frees ? rdmalloc_freed_clear(p) : p;
 }
 
-void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size)
+void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who)
 {
 	struct tl_cache *t;
+	if (h->check_frees)
+		rdmalloc_freed_check(p, who);
 	int flags = MALLOCX_ARENA(h->arenas[0]) | cache_enter(h, &t);
 	void *q = rdmalloc_rallocx(p, size, flags);
 	cache_leave(t);
 	return q;
 }
 
-void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p)
+void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who)
 {
 	struct tl_cache *t;
+	if (h->check_frees)
+		rdmalloc_freed_mark(p, who);
 	int flags = cache_enter(h, &t);
 	rdmalloc_dallocx(p, flags);
 	cache_leave(t);
@@ -511,10 +517,12 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, l
 	 * faults them in again (hooks.c). */
 	h->hooks = flags & RDMA_HEAP_ODP ? rdmalloc_extent_hooks_odp : rdmalloc_extent_hooks;
 	atomic_init(&h->spec.access, rdmalloc_heap_implied_access(flags, access));
-	h->spec.flags = flags & ~RDMALLOC_HEAP_AUTO_CACHE;
+	h->spec.flags = flags & ~(RDMALLOC_HEAP_AUTO_CACHE | RDMALLOC_HEAP_CHECK_FREES);
 	/* Before its first arena: the chunk size depends on it (chunk_max_of). */
-	h->spec.auto_cache = (flags & RDMALLOC_HEAP_AUTO_CACHE) != 0;
-	atomic_init(&h->auto_tcache, h->spec.auto_cache);
+	h->check_frees = !(flags & RDMALLOC_HEAP_AUTO_CACHE) || (flags & RDMALLOC_HEAP_CHECK_FREES);
+	h->spec.auto_cache = !(flags & RDMALLOC_HEAP_AUTO_CACHE) ? 0
+			     : flags & RDMALLOC_HEAP_CHECK_FREES ? RDMALLOC_AUTO_CHECKED : RDMALLOC_AUTO_PLAIN;
+	atomic_init(&h->auto_tcache, h->spec.auto_cache != 0);
 	h->spec.gives_back = !(flags & RDMA_HEAP_ODP);
 	h->decay_ms = decay_ms;
 	h->spec.decay_ms = decay_ms;
@@ -569,6 +577,7 @@ static uint64_t heaps_tick(void)
 void rdmalloc_heap_init(void)
 {
 	rdmalloc_reserve_set_tick(heaps_tick);
+	rdmalloc_freed_init();
 	int e = pthread_key_create(&tc_key, thread_exit);
 	if (e)
 		rdmalloc_fatal("pthread_key_create: %s", strerror(e));

@@ -30,6 +30,11 @@ void rdmalloc_heap_init_default(unsigned int access);
  * has no big blocks, and jemalloc's chunk series (chunk_max_of, heap.c).
  */
 #define RDMALLOC_HEAP_AUTO_CACHE (1u << 31)
+/* With RDMALLOC_HEAP_AUTO_CACHE: its frees are checked for double frees
+ * (freed.h), as every other heap's are; its granules' byte in the auto map
+ * is RDMALLOC_AUTO_CHECKED, so that the drop-in's free takes its slow
+ * path, which checks (RDMALLOC_CHECK_FREE). */
+#define RDMALLOC_HEAP_CHECK_FREES (1u << 30)
 RDMALLOC_TESTABLE struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, long decay_ms,
 						       int *err);
 /* rdma_malloc_trim(): this thread's caches flushed, every heap's free
@@ -87,11 +92,13 @@ uint64_t rdmalloc_heap_live_bytes(void);
  * jemalloc's mallocx, rallocx and dallocx for memory of @h, through this
  * thread's cache of @h (its arena, and the extra @flags: alignment, zero).
  * The cache is flushed by the background tick once the thread has not
- * used it for @h's decay time (heap.c).
+ * used it for @h's decay time (heap.c).  A block that is free already
+ * aborts, naming @who (freed.h), unless the heap is the drop-in's without
+ * RDMALLOC_HEAP_CHECK_FREES.
  */
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
-void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size);
-void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p);
+void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
+void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
 /*
  * Flush the thread caches whose owners have not used them for their heap's
  * decay time by @now (rdmalloc_now_ns()); safe while the owners run (heap.c

@@ -73,7 +73,8 @@ static void set_range(struct rdmalloc_chunk *c, struct rdmalloc_chunk *val)
 		if (mark) { /* the leaf exists: insert made it */
 			uintptr_t g = a >> RDMALLOC_GRANULE_SHIFT;
 			__atomic_store_n(&mark[g >> RDMALLOC_AUTO_LEAF_SHIFT][g & (RDMALLOC_AUTO_LEAF_BYTES - 1)],
-					 val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE,
+					 val != NULL && c->base + c->map_size + c->tail - a >= RDMALLOC_GRANULE
+						 ? c->spec->auto_cache : 0,
 					 __ATOMIC_RELEASE);
 		}
 	}

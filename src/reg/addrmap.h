@@ -72,11 +72,16 @@ static inline struct rdmalloc_chunk *rdmalloc_addrmap_lookup(const void *p)
 #define RDMALLOC_AUTO_LEAF_BYTES ((size_t)1 << RDMALLOC_AUTO_LEAF_SHIFT)
 #define RDMALLOC_ADDRMAP_AUTO_LEAVES (RDMALLOC_ADDRMAP_AUTO_GRANULES >> RDMALLOC_AUTO_LEAF_SHIFT)
 typedef unsigned char *rdmalloc_auto_leaf_t;
+/* A marked granule's byte: its chunk's spec->auto_cache.  The drop-in's
+ * free() takes its fast path for PLAIN only; CHECKED sends it to the slow
+ * path, which checks for double frees (RDMALLOC_CHECK_FREE). */
+#define RDMALLOC_AUTO_PLAIN 1
+#define RDMALLOC_AUTO_CHECKED 2
 
 /*
- * Whether @p is in a marked granule of @map, the leaf pointers its owner
- * gave (rdmalloc_addrmap_auto_give), which exist from the start, so that
- * the test needs no pointer to the map first (the drop-in's free()).
+ * The byte of @p's granule in @map (0: not marked), the leaf pointers its
+ * owner gave (rdmalloc_addrmap_auto_give), which exist from the start, so
+ * that the test needs no pointer to the map first (the drop-in's free()).
  */
 static inline int rdmalloc_addrmap_is_auto_in(rdmalloc_auto_leaf_t const *map, const void *p)
 {
@@ -84,7 +89,7 @@ static inline int rdmalloc_addrmap_is_auto_in(rdmalloc_auto_leaf_t const *map, c
 	if (unlikely(g >= RDMALLOC_ADDRMAP_AUTO_GRANULES))
 		return 0;
 	const unsigned char *leaf = __atomic_load_n(&map[g >> RDMALLOC_AUTO_LEAF_SHIFT], __ATOMIC_ACQUIRE);
-	return likely(leaf != NULL) && __atomic_load_n(&leaf[g & (RDMALLOC_AUTO_LEAF_BYTES - 1)], __ATOMIC_RELAXED);
+	return likely(leaf != NULL) ? __atomic_load_n(&leaf[g & (RDMALLOC_AUTO_LEAF_BYTES - 1)], __ATOMIC_RELAXED) : 0;
 }
 
 /* Use @map (RDMALLOC_ADDRMAP_AUTO_LEAVES NULL pointers that live as long

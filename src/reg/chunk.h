@@ -77,7 +77,8 @@ struct rdmalloc_chunk_spec {
 	int gives_back;              /* its idle chunks are given back (fixed): not ODP */
 	int auto_cache;              /* its memory goes through the automatic thread cache and its
 					chunks are never released (the drop-in's heap; fixed before
-					its first chunk): marked in the address map's auto map */
+					its first chunk): marked in the address map's auto map with
+					this value, RDMALLOC_AUTO_PLAIN or _CHECKED (addrmap.h) */
 	_Atomic uint64_t key_gen;    /* rdma_heap_key_generation(): bumped by access changes
 					(heap layer) and by chunks given back (chunk layer) */
 	size_t grow_limit;           /* its arenas' retain_grow_limit (0: jemalloc's), fixed */

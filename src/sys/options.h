@@ -44,7 +44,9 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	X(HUGEPAGES, hugepages, bool, "0",                                       \
 	  "default heap on huge pages (RDMA_HEAP_HUGEPAGES): 0 or 1")             \
 	X(RESERVE, reserve, bool, "1",                                           \
-	  "register each heap's next chunk ahead, on a background thread: 0 or 1")
+	  "register each heap's next chunk ahead, on a background thread: 0 or 1") \
+	X(CHECK_FREE, check_free, bool, "0",                                     \
+	  "the drop-in's free, realloc and delete abort on a block that is free already: 0 or 1")
 
 /*
  * RDMALLOC_* names that are not options: read by rdmalloc's commands
@@ -75,6 +77,7 @@ struct rdmalloc_options {
 	char stats_file[RDMALLOC_PATH_MAX];
 	int hugepages;
 	int reserve;
+	int check_free;
 };
 
 /* RDMALLOC_PRELOAD_REGISTER */

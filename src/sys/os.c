@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <time.h>
@@ -115,4 +116,18 @@ uint64_t rdmalloc_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t rdmalloc_os_random64(void)
+{
+	uint64_t v = 0;
+	/* Never waits: a malloc must not block on the entropy pool. */
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v) && v)
+		return v;
+	/* No entropy yet (early boot): the clock and an address, mixed
+	 * (splitmix64's finaliser).  Not secret, still unlikely in data. */
+	v = rdmalloc_now_ns() ^ (uint64_t)(uintptr_t)&v ^ ((uint64_t)getpid() << 32);
+	v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+	v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+	return v ^ (v >> 31);
 }

@@ -42,5 +42,8 @@ int rdmalloc_os_thp(void *p, size_t len);
 int rdmalloc_os_barrier_all_threads(void);
 /* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */
 uint64_t rdmalloc_now_ns(void);
+/* 64 random bits from the kernel (getrandom(2)); without entropy yet, the
+ * clock and an address mixed.  Never 0 from the kernel. */
+uint64_t rdmalloc_os_random64(void);
 
 #endif

@@ -162,6 +162,56 @@ Test(alloc, free_of_foreign_pointer_aborts, .signal = SIGABRT)
 	rdma_free(&on_stack);
 }
 
+/* A block freed twice aborts (freed.h; issue 23, item 5: on c66f40e each
+ * of these returned, and the block was handed out twice), from a heap's
+ * thread cache and from its arena alike. */
+Test(alloc, double_free_aborts, .signal = SIGABRT)
+{
+	void *p = rdma_malloc(48);
+	rdma_free(p);
+	rdma_free(p);
+}
+
+Test(alloc, double_free_with_others_between_aborts, .signal = SIGABRT)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 3000), *q = rdma_heap_malloc(h, 3000);
+	rdma_free(p);
+	rdma_free(q);
+	for (size_t s = 8; s < 1000; s *= 2)
+		cr_assert(rdma_heap_malloc(h, s));
+	rdma_free(p);
+}
+
+Test(alloc, realloc_of_freed_block_aborts, .signal = SIGABRT)
+{
+	void *p = rdma_malloc(100);
+	rdma_free(p);
+	cr_assert(rdma_realloc(p, 200));
+}
+
+/* ... and a block handed out again, by any call, is freed again without
+ * one. */
+Test(alloc, freed_block_handed_out_again_frees_again)
+{
+	for (int round = 0; round < 5000; round++) {
+		size_t size = 8 + (size_t)(round * 37 % 3000);
+		void *p = rdma_malloc(size), *q = NULL;
+		cr_assert(p);
+		memset(p, round, size);
+		rdma_free(p);
+		switch (round % 4) {
+		case 0: q = rdma_malloc(size); break;
+		case 1: q = rdma_calloc(1, size); break;
+		case 2: q = rdma_aligned_alloc(64, size); break;
+		default: q = rdma_realloc(rdma_malloc(size / 2 + 1), size); break;
+		}
+		cr_assert(q);
+		rdma_free(q);
+	}
+}
+
 /* Thread caches keep message-sized blocks (up to 1 MiB, not jemalloc's
  * 32 KiB): heap.c's compiled-in jemalloc options are in force. */
 Test(alloc, thread_caches_keep_blocks_up_to_1_mib)

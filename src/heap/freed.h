@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * freed.h - double frees caught, as glibc's tcache catches them.
+ *
+ * free writes a random word of the process (the key) into the first 8
+ * bytes of the block it frees, and every allocation that can hand out a
+ * block with the key in it (mallocx, malloc) clears it again.  A free that
+ * finds the key in its block frees a block that is free already: the same
+ * block twice with nothing between, or with allocations of other blocks
+ * between.  A block freed, handed out again and freed twice by its two
+ * owners is not caught (nor by glibc).  A live block holds the key only if
+ * the program copied it out of freed memory: a false abort needs a
+ * use-after-free read.
+ *
+ * The cost: free loads and stores the block's first word (its cache line),
+ * malloc loads it (a line the program is about to write): up to 25% where
+ * malloc is the work (doc/benchmarks.md): every heap of the API checks,
+ * the drop-in's only with RDMALLOC_CHECK_FREE (preload/malloc.c).  Blocks of
+ * jemalloc only: big blocks (big.h) know when they are free; calloc's and
+ * mallocx(ZERO)'s are zero; a block that realloc moves gets the old one's
+ * first bytes (at least 8: the smallest size class).
+ */
+#ifndef RDMALLOC_FREED_H
+#define RDMALLOC_FREED_H
+
+#include <stdint.h>
+
+#include "compiler.h"
+
+typedef uint64_t __attribute__((may_alias)) rdmalloc_freed_word;
+
+/* Never 0 (a zeroed block is no freed one); random from rdmalloc_heap_init. */
+extern uint64_t rdmalloc_freed_key;
+
+/* @who(@p) of a block that is free already: abort with a message. */
+_Noreturn void rdmalloc_freed_abort(const char *who, const void *p);
+
+/* Set the key (once, before the first heap is made). */
+void rdmalloc_freed_init(void);
+
+/* Before jemalloc frees @p: abort if it is free already, else mark it. */
+static inline void rdmalloc_freed_mark(void *p, const char *who)
+{
+	rdmalloc_freed_word *w = p;
+	uint64_t key = rdmalloc_freed_key;
+	if (unlikely(*w == key))
+		rdmalloc_freed_abort(who, p);
+	*w = key;
+}
+
+/* Before realloc of @p: abort if it is free already. */
+static inline void rdmalloc_freed_check(const void *p, const char *who)
+{
+	if (unlikely(*(const rdmalloc_freed_word *)p == rdmalloc_freed_key))
+		rdmalloc_freed_abort(who, p);
+}
+
+/* A block jemalloc has just handed out (or NULL): no key left in it. */
+static inline void *rdmalloc_freed_clear(void *p)
+{
+	rdmalloc_freed_word *w = p;
+	if (likely(w != NULL) && *w == rdmalloc_freed_key)
+		*w = 0;
+	return p;
+}
+
+#endif

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * double_free.c - under the drop-in, a block freed twice aborts with a
+ * message naming the call and the address, as glibc's "free(): double free
+ * detected in tcache 2" does (issue 23, item 5: on c66f40e every case
+ * survived, and two mallocs handed out one block twice).  The cases glibc
+ * catches: the same block twice with nothing between, with allocations of
+ * other sizes between, with another block freed between, freed by another
+ * thread first; also realloc and C++ sized delete of a freed block, at
+ * sizes from the smallest class to large extents.  And none of the legal
+ * reuses aborts: a block freed, handed out again (by each allocation call)
+ * and freed by its new owner.
+ * Each case runs in a child; prints one line per case and "N passed, M
+ * failed".
+ */
+#include <dlfcn.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The defects are the point: gcc 12 sees some of them. */
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+
+static volatile uintptr_t sink;
+static void *victim;
+
+static void *free_it(void *p)
+{
+	free(p);
+	return NULL;
+}
+
+enum how { TWICE, OTHERS_BETWEEN, ANOTHER_FREED_BETWEEN, OTHER_THREAD_FIRST, REALLOC_AFTER, DELETE_TWICE };
+static const char *const hows[] = { "free twice", "free, malloc others, free", "free p, free q, free p",
+				    "free in another thread, then here", "free, then realloc",
+				    "sized delete twice" };
+static const char *const calls[] = { "free", "free", "free", "free", "realloc", "operator delete" };
+
+/* The case, in the child: returns only if nothing aborted. */
+static void run(enum how how, size_t size)
+{
+	void (*sized_delete)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "_ZdlPvm");
+	victim = malloc(size);
+	memset(victim, 0x5a, size < 64 ? size : 64);
+	switch (how) {
+	case TWICE:
+		free(victim);
+		free(victim);
+		break;
+	case OTHERS_BETWEEN:
+		free(victim);
+		for (size_t s = 8; s < 70000; s = s * 3 + 1)
+			if (s < size / 2 || s > size * 2) /* of another class */
+				sink += (uintptr_t)malloc(s);
+		free(victim);
+		break;
+	case ANOTHER_FREED_BETWEEN: {
+		void *q = malloc(size);
+		free(victim);
+		free(q);
+		free(victim);
+		break;
+	}
+	case OTHER_THREAD_FIRST: {
+		pthread_t t;
+		pthread_create(&t, NULL, free_it, victim);
+		pthread_join(t, NULL);
+		free(victim);
+		break;
+	}
+	case REALLOC_AFTER:
+		free(victim);
+		sink += (uintptr_t)realloc(victim, size * 2);
+		break;
+	case DELETE_TWICE:
+		sized_delete(victim, size);
+		sized_delete(victim, size);
+		break;
+	}
+}
+
+/* Every way of getting a block the drop-in has: each hands out the block
+ * that was freed last (or one of its class), which is then freed again by
+ * its new owner: never an abort. */
+static void reuse(void)
+{
+	for (int round = 0; round < 20000; round++) {
+		size_t size = 8 + (size_t)(round * 37 % 5000);
+		void *p = malloc(size);
+		memset(p, round & 0xff, size);
+		free(p);
+		void *q;
+		switch (round % 7) {
+		case 0: q = malloc(size); break;
+		case 1: q = calloc(1, size); break;
+		case 2: q = aligned_alloc(16, size); break;
+		case 3: if (posix_memalign(&q, 64, size)) q = NULL; break;
+		case 4: q = memalign(32, size); break;
+		case 5: q = realloc(malloc(size / 2 + 1), size); break;
+		default: q = realloc(NULL, size); break;
+		}
+		if (!q)
+			abort();
+		free(q); /* q may be p: handed out again, freed again */
+	}
+	printf("survived\n");
+}
+
+int main(void)
+{
+	static const size_t sizes[] = { 8, 40, 1000, 20000, 100000, 3 << 20 };
+	int passed = 0, failed = 0;
+	for (int h = 0; h <= DELETE_TWICE; h++)
+		for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+			int pfd[2];
+			if (pipe(pfd))
+				return 2;
+			fflush(stdout);
+			pid_t pid = fork();
+			if (pid == 0) {
+				dup2(pfd[1], 2);
+				close(pfd[0]);
+				run(h, sizes[s]);
+				_exit(0);
+			}
+			close(pfd[1]);
+			char out[1024];
+			ssize_t n = read(pfd[0], out, sizeof(out) - 1);
+			out[n > 0 ? n : 0] = '\0';
+			close(pfd[0]);
+			int st = 0;
+			waitpid(pid, &st, 0);
+			char want[80];
+			snprintf(want, sizeof(want), "%s(0x", calls[h]);
+			int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(out, want) &&
+				 strstr(out, "the block is free already");
+			printf("%s %s, %zu B: %s %d%s%s", ok ? "ok  " : "FAIL", hows[h], sizes[s],
+			       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+			       *out ? ", said: " : "\n", out);
+			passed += ok, failed += !ok;
+		}
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		reuse();
+		_exit(0);
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	printf("%s blocks freed, handed out again by every call and freed again: %s %d\n", ok ? "ok  " : "FAIL",
+	       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	passed += ok, failed += !ok;
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}
