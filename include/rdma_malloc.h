@@ -114,7 +114,8 @@ int rdma_posix_memalign(void **memptr, size_t alignment, size_t size);
  * the process into the block's first 8 bytes, and every allocation clears
  * it, as glibc's tcache does.  A block freed, handed out again and freed by
  * its two owners is not caught.  The drop-in's free() checks the same way
- * with RDMALLOC_CHECK_FREE=1 (rdmalloc(7)).
+ * with RDMALLOC_CHECK_FREE=1 (rdmalloc(7)); without it, memory of the
+ * drop-in's malloc is not checked, whichever call frees it.
  */
 void rdma_free(void *ptr);
 

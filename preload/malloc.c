@@ -205,11 +205,13 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
 	errand();
 	void *p;
-	int tries = 2;
+	int tries = 2, relieved = 0;
 	do { /* once more after memory pressure gave idle memory back */
 		p = rdmalloc_mallocx(size ? size : 1,
 				     (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
-	} while (!p && --tries && rdmalloc_heaps_relieve());
+	} while (!p && --tries && (relieved = rdmalloc_heaps_relieve()));
+	if (relieved)
+		rdmalloc_heaps_relief_end();
 	if (!p)
 		errno = ENOMEM;
 	return check_free ? rdmalloc_freed_clear(p) : p;
@@ -365,8 +367,10 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	if (likely(fast() && preload_memory(p))) { /* never inside a hook, never the nest's */
 		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
-		if (unlikely(!q) && rdmalloc_heaps_relieve())
+		if (unlikely(!q) && rdmalloc_heaps_relieve()) {
 			q = rdmalloc_auto_realloc(p, size);
+			rdmalloc_heaps_relief_end();
+		}
 		if (unlikely(!q))
 			errno = ENOMEM;
 		return q;
@@ -382,11 +386,13 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	if (check_free)
 		rdmalloc_freed_check(p, "realloc"); /* a moved block gets p's first bytes, not a key */
 	void *q;
-	int tries = 2;
+	int tries = 2, relieved = 0;
 	do { /* once more after a relief of memory pressure */
 		q = likely(bound_here()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
 					 : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
-	} while (!q && --tries && rdmalloc_heaps_relieve());
+	} while (!q && --tries && (relieved = rdmalloc_heaps_relieve()));
+	if (relieved)
+		rdmalloc_heaps_relief_end();
 	if (!q)
 		errno = ENOMEM;
 	return q;

@@ -40,7 +40,7 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	int saved = errno;
 	void *p;
-	int tries = 2;
+	int tries = 2, relieved = 0;
 	do { /* once more after memory pressure gave idle memory back */
 		if (rdmalloc_big_wanted(h, size, align) &&
 		    rdmalloc_big_admit(rdmalloc_heap_big(h)))
@@ -48,7 +48,9 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 		else
 			p = rdmalloc_heap_mallocx(h, size ? size : 1,
 						  (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
-	} while (unlikely(!p) && --tries && rdmalloc_heaps_relieve());
+	} while (unlikely(!p) && --tries && (relieved = rdmalloc_heaps_relieve()));
+	if (relieved)
+		rdmalloc_heaps_relief_end();
 	start_reserve();
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
@@ -124,11 +126,13 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	}
 	int saved = errno;
 	void *q;
-	int tries = 2;
+	int tries = 2, relieved = 0;
 	do /* once more after memory pressure gave idle memory back */
 		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain)
 			   : rdmalloc_heap_rallocx(to, ptr, size ? size : 1, "rdma_realloc");
-	while (unlikely(!q) && --tries && rdmalloc_heaps_relieve());
+	while (unlikely(!q) && --tries && (relieved = rdmalloc_heaps_relieve()));
+	if (relieved)
+		rdmalloc_heaps_relief_end();
 	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;

@@ -39,6 +39,8 @@
 #include "big.h"
 #include "calls.h"
 #include "chunk.h"
+#include "chunkset.h"
+#include "fault.h"
 #include "hooks.h"
 #include "lock.h"
 #include "log.h"
@@ -680,13 +682,22 @@ int rdmalloc_heaps_relieve(void)
 	if (rdmalloc_tl_in_verbs || !rdmalloc_tl_pressure)
 		return 0; /* not memory pressure (a huge request, say): nothing to relieve */
 	rdmalloc_tl_pressure = 0;
+	rdmalloc_relief_begin();
 	size_t back = rdmalloc_heaps_trim();
-	if (!back)
+	if (!back) {
+		rdmalloc_relief_end();
 		return 0;
+	}
+	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_HEAPS_RELIEVED);
 	STAT_INC(pressure_trims);
 	rdmalloc_log_once(RDMALLOC_LOG_INFO, "an allocation failed: %zu bytes of idle chunks given back, "
 			  "tried once more (further ones are only counted in pressure_trims)", back);
 	return 1;
+}
+
+void rdmalloc_heaps_relief_end(void)
+{
+	rdmalloc_relief_end();
 }
 
 uint64_t rdmalloc_heap_key_gen(const struct rdmalloc_heap *h)

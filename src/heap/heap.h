@@ -45,8 +45,11 @@ size_t rdmalloc_heaps_trim(void);
 /* An allocation failed (jemalloc returned NULL): if a chunk was refused
  * on this thread for want of memory since the last relief, give back what
  * can be, as rdma_malloc_trim() does (not inside a hook or a verbs call).
- * 1 when something was given back: try once more. */
+ * 1 when something was given back: try once more, then call
+ * rdmalloc_heaps_relief_end(), until which the reserves' thread starts no
+ * chunk (what went back is the retry's: issue 23, item 4). */
 int rdmalloc_heaps_relieve(void);
+void rdmalloc_heaps_relief_end(void);
 /* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
  * default or the drop-in's) or EBUSY (a memory window on its memory).
  * Takes the HEAP then the PD lock. */

@@ -76,6 +76,9 @@ int rdmalloc_pressure(int err);
  * no chunk: what went back is the retry's (issue 23, item 4).
  */
 size_t rdmalloc_relieve(void);
+/* The same hold on the reserves' thread for a relief made by other means
+ * (an allocation's, heap.c): ended as rdmalloc_relieve()'s is. */
+void rdmalloc_relief_begin(void);
 void rdmalloc_relief_end(void);
 void rdmalloc_relief_end_locked(void);
 /* Why a registration was refused, for a log line: @err is EDQUOT for

@@ -105,6 +105,13 @@ size_t rdmalloc_relieve(void)
 	return bytes + (after < before ? before - after : 0);
 }
 
+void rdmalloc_relief_begin(void)
+{
+	rdmalloc_chunk_lock();
+	rdmalloc_reserves_hold_off_locked();
+	rdmalloc_chunk_unlock();
+}
+
 void rdmalloc_relief_end(void)
 {
 	rdmalloc_chunk_lock();

@@ -38,7 +38,9 @@ enum rdmalloc_fault_site {
 	RDMALLOC_FAULT_SITES
 };
 
-enum rdmalloc_pause_point { RDMALLOC_PAUSE_RELIEVED = 0, RDMALLOC_PAUSE_POINTS };
+/* RELIEVED: a registration's relief done, before its retry (reg/hold.c);
+ * HEAPS_RELIEVED: an allocation's, before its retry (heap/heap.c). */
+enum rdmalloc_pause_point { RDMALLOC_PAUSE_RELIEVED = 0, RDMALLOC_PAUSE_HEAPS_RELIEVED, RDMALLOC_PAUSE_POINTS };
 
 #ifdef RDMALLOC_FAULT_INJECTION
 

@@ -816,3 +816,64 @@ Test(fault, relief_holds_reserves_off_until_the_retry, .timeout = 60)
 	cr_assert_eq(rdma_heap_destroy(relief_other), 0);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
+
+/*
+ * The same for an allocation's own relief (rdmalloc_heaps_relieve: idle
+ * memory given back as rdma_malloc_trim does, then the allocation tried
+ * once more): no reserve chunk is made between them either.  On cc07a8d
+ * the reserves' thread made the queued ones in that window.
+ */
+static atomic_int heaps_relief_paused;
+
+static void heaps_relief_pause(void)
+{
+	atomic_store(&heaps_relief_paused, 1);
+	relief_pause();
+}
+
+Test(fault, allocation_relief_holds_reserves_off_until_the_retry, .timeout = 60)
+{
+	fake_verbs_install(1);
+	enum { MiB = 1 << 20 };
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = -1 });
+	relief_other = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = -1 });
+	cr_assert(h && relief_other);
+	/* Idle memory for the allocation's relief to give back. */
+	void *idle[128];
+	for (int i = 0; i < 128; i++)
+		cr_assert(idle[i] = rdma_heap_malloc(h, 32 << 10));
+	for (int i = 0; i < 128; i++)
+		rdma_free(idle[i]);
+	sem_init(&relief_go, 0, 0);
+	sem_init(&relief_grown, 0, 0);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, relief_grow_other, NULL), 0);
+	fu_stats(); /* the reserves' thread idle */
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_HEAPS_RELIEVED, heaps_relief_pause);
+	/* The first try fails whole (its registration's own relief and retry
+	 * too); the allocation's relief gives the idle memory back. */
+	rdmalloc_fault_arm(RDMALLOC_FAULT_MMAP, 1, 2, ENOMEM);
+	void *q = rdma_heap_malloc(h, 8 * MiB);
+	int q_errno = errno;
+	unsigned long faults = rdmalloc_fault_injected(RDMALLOC_FAULT_MMAP);
+	rdmalloc_fault_disarm_all();
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_HEAPS_RELIEVED, NULL);
+	if (!atomic_load(&relief_paused))
+		sem_post(&relief_go); /* the thread is not left waiting */
+	pthread_join(t, NULL);
+	cr_assert_eq(faults, 2, "%lu mappings refused, not 2: the test tried nothing", faults);
+	cr_assert(atomic_load(&heaps_relief_paused), "no allocation's relief ran: the test tried nothing");
+	cr_assert(q, "the retry after the relief failed: %s", strerror(q_errno));
+	cr_assert_gt(relief_out.chunks, relief_in.chunks, "the other heap did not grow during the relief");
+	cr_assert(relief_out.reserve_chunks <= relief_in.reserve_chunks &&
+			  relief_out.reserve_hits == relief_in.reserve_hits &&
+			  relief_out.reserve_waits == relief_in.reserve_waits,
+		  "the reserves' thread made chunks between an allocation's relief and its retry: ready %llu then "
+		  "%llu, %llu handed over, %llu waited for",
+		  (unsigned long long)relief_in.reserve_chunks, (unsigned long long)relief_out.reserve_chunks,
+		  (unsigned long long)(relief_out.reserve_hits - relief_in.reserve_hits),
+		  (unsigned long long)(relief_out.reserve_waits - relief_in.reserve_waits));
+	rdma_free(q);
+	cr_assert_eq(rdma_heap_destroy(relief_other), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
