@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "counters.h"
+#include "freed.h"
 #include "heap.h"
 #include "lock.h"
 #include "log.h"
@@ -222,7 +223,7 @@ void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)
 	rdmalloc_lock(RDMALLOC_LOCK_BIG);
 	if (c->owner_word) {
 		rdmalloc_unlock(RDMALLOC_LOCK_BIG);
-		rdmalloc_fatal("%s(%p): double free (a block of rdmalloc's that is free already)", who, p);
+		rdmalloc_freed_abort(who, p);
 	}
 	k->in_use -= c->size;
 	k->blocks--;
@@ -241,6 +242,13 @@ void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
 	if ((uintptr_t)p != c->base)
 		rdmalloc_fatal("realloc(%p): inside a block of rdmalloc's (at %p), not at its start", p,
 			       (void *)c->base);
+	/* A freed block is on its heap's list: neither kept nor copied from
+	 * (another thread may hold it already). */
+	rdmalloc_lock(RDMALLOC_LOCK_BIG);
+	int freed = c->owner_word != 0;
+	rdmalloc_unlock(RDMALLOC_LOCK_BIG);
+	if (freed)
+		rdmalloc_freed_abort("realloc", p);
 	int big = rdmalloc_big_wanted(c->heap, size, 0);
 	if (size <= c->size && size > c->size / 2 && big)
 		return p;

@@ -141,6 +141,18 @@ Test(big, double_free_aborts, .signal = SIGABRT, .init = cr_redirect_stderr)
 	rdma_free(p);
 }
 
+/* rdma_realloc of a kept (freed) big block: it returned the block as it
+ * was when the new size fitted, and the next rdma_malloc handed it out
+ * again (the review of issue 23). */
+Test(big, realloc_of_freed_block_aborts, .signal = SIGABRT, .init = cr_redirect_stderr)
+{
+	setup();
+	void *p = rdma_malloc(256 * KiB);
+	cr_assert(p && rdmalloc_addrmap_find(p)->big);
+	rdma_free(p);
+	cr_assert_fail("rdma_realloc returned %p", rdma_realloc(p, 252 * KiB));
+}
+
 Test(big, free_inside_aborts, .signal = SIGABRT, .init = cr_redirect_stderr)
 {
 	setup();
