@@ -110,7 +110,8 @@ int rdma_posix_memalign(void **memptr, size_t alignment, size_t size);
  * A pointer that did not come from rdmalloc is a fatal error: the process is
  * aborted with a message, as glibc does for an invalid free().  So is a
  * block that is free already (a double free, with or without allocations
- * between), and rdma_realloc() of one: rdma_free writes a random word of
+ * between, or the old pointer after rdma_realloc() moved the block), and
+ * rdma_realloc() of one: rdma_free writes a random word of
  * the process into the block's first 8 bytes, and every allocation clears
  * it, as glibc's tcache does.  A block freed, handed out again and freed by
  * its two owners is not caught.  The drop-in's free() checks the same way

@@ -387,9 +387,14 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		rdmalloc_freed_check(p, "realloc"); /* a moved block gets p's first bytes, not a key */
 	void *q;
 	int tries = 2, relieved = 0;
+	int bound = bound_here(), unbound_flags = RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE;
 	do { /* once more after a relief of memory pressure */
-		q = likely(bound_here()) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
-					 : rdmalloc_rallocx(p, size, RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE);
+		if (check_free) /* marks p if it moves (freed.h) */
+			q = rdmalloc_freed_realloc(p, size, bound ? 0 : unbound_flags, bound ? 0 : RDMALLOC_TCACHE_NONE,
+						   "realloc");
+		else
+			q = likely(bound) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
+					  : rdmalloc_rallocx(p, size, unbound_flags);
 	} while (!q && --tries && (relieved = rdmalloc_heaps_relieve()));
 	if (relieved)
 		rdmalloc_heaps_relief_end();

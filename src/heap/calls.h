@@ -34,6 +34,19 @@ static inline void rdmalloc_dallocx(void *p, int flags)
 	je_dallocx(p, flags);
 }
 
+/* Resize @p in place to at least @size: its usable size after (the old
+ * one when it cannot). */
+static inline size_t rdmalloc_xallocx(void *p, size_t size, int flags)
+{
+	return je_xallocx(p, size, 0, flags);
+}
+
+/* The usable size mallocx(@size, @flags) would give (0: too large). */
+static inline size_t rdmalloc_nallocx(size_t size, int flags)
+{
+	return je_nallocx(size, flags);
+}
+
 static inline size_t rdmalloc_sallocx(const void *p)
 {
 	return je_sallocx(p, 0);

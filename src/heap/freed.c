@@ -2,6 +2,9 @@
 /* freed.c - the key of freed blocks (freed.h). */
 #include "freed.h"
 
+#include <string.h>
+
+#include "calls.h"
 #include "log.h"
 #include "os.h"
 
@@ -17,4 +20,19 @@ void rdmalloc_freed_init(void)
 _Noreturn void rdmalloc_freed_abort(const char *who, const void *p)
 {
 	rdmalloc_fatal("%s(%p): the block is free already (a double free)", who, p);
+}
+
+void *rdmalloc_freed_realloc(void *p, size_t size, int flags, int free_flags, const char *who)
+{
+	size_t want = rdmalloc_nallocx(size, flags);
+	if (want && rdmalloc_xallocx(p, size, flags) == want)
+		return p;
+	void *q = rdmalloc_freed_clear(rdmalloc_mallocx(size, flags));
+	if (!q)
+		return NULL;
+	size_t old = rdmalloc_sallocx(p);
+	memcpy(q, p, old < size ? old : size);
+	rdmalloc_freed_mark(p, who);
+	rdmalloc_dallocx(p, free_flags);
+	return q;
 }

@@ -55,6 +55,16 @@ static inline void rdmalloc_freed_check(const void *p, const char *who)
 		rdmalloc_freed_abort(who, p);
 }
 
+/*
+ * realloc of @p, a block of a checking heap that is not free: in place when
+ * jemalloc can, else moved here, the new block from mallocx(@size, @flags)
+ * and the old one marked, then freed with dallocx(@free_flags).  jemalloc's
+ * own rallocx frees a block it moves without the key, so that a later free
+ * of the old pointer, the commonest double free, would go unseen.  NULL
+ * (errno not set, @p untouched) when there is no memory.
+ */
+void *rdmalloc_freed_realloc(void *p, size_t size, int flags, int free_flags, const char *who);
+
 /* A block jemalloc has just handed out (or NULL): no key left in it. */
 static inline void *rdmalloc_freed_clear(void *p)
 {

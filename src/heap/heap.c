@@ -344,8 +344,9 @@ void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const
 	struct tl_cache *t;
 	if (h->check_frees)
 		rdmalloc_freed_check(p, who);
-	int flags = MALLOCX_ARENA(h->arenas[0]) | cache_enter(h, &t);
-	void *q = rdmalloc_rallocx(p, size, flags);
+	int tcflag = cache_enter(h, &t);
+	int flags = MALLOCX_ARENA(h->arenas[0]) | tcflag;
+	void *q = h->check_frees ? rdmalloc_freed_realloc(p, size, flags, tcflag, who) : rdmalloc_rallocx(p, size, flags);
 	cache_leave(t);
 	return q;
 }

@@ -6,7 +6,10 @@
  * survived, and two mallocs handed out one block twice).  The cases glibc
  * catches: the same block twice with nothing between, with allocations of
  * other sizes between, with another block freed between, freed by another
- * thread first; also realloc and C++ sized delete of a freed block, at
+ * thread first; also realloc and C++ sized delete of a freed block, and
+ * the old pointer freed after realloc moved its block (missed until
+ * the checked realloc moved blocks itself: jemalloc's rallocx frees the
+ * old one without the key), at
  * sizes from the smallest class to large extents.  And none of the legal
  * reuses aborts: a block freed, handed out again (by each allocation call)
  * and freed by its new owner.
@@ -37,11 +40,12 @@ static void *free_it(void *p)
 	return NULL;
 }
 
-enum how { TWICE, OTHERS_BETWEEN, ANOTHER_FREED_BETWEEN, OTHER_THREAD_FIRST, REALLOC_AFTER, DELETE_TWICE };
+enum how { TWICE, OTHERS_BETWEEN, ANOTHER_FREED_BETWEEN, OTHER_THREAD_FIRST, REALLOC_AFTER, DELETE_TWICE,
+	   FREE_AFTER_REALLOC };
 static const char *const hows[] = { "free twice", "free, malloc others, free", "free p, free q, free p",
 				    "free in another thread, then here", "free, then realloc",
-				    "sized delete twice" };
-static const char *const calls[] = { "free", "free", "free", "free", "realloc", "operator delete" };
+				    "sized delete twice", "realloc moves p, then free p" };
+static const char *const calls[] = { "free", "free", "free", "free", "realloc", "operator delete", "free" };
 
 /* The case, in the child: returns only if nothing aborted. */
 static void run(enum how how, size_t size)
@@ -83,6 +87,13 @@ static void run(enum how how, size_t size)
 		sized_delete(victim, size);
 		sized_delete(victim, size);
 		break;
+	case FREE_AFTER_REALLOC: { /* the old pointer freed after realloc moved the block */
+		void *q = realloc(victim, size * 4 + 64);
+		free(victim);
+		if (q == victim) /* grown in place: the free was legal, this one is not */
+			free(victim);
+		break;
+	}
 	}
 }
 
@@ -117,7 +128,7 @@ int main(void)
 {
 	static const size_t sizes[] = { 8, 40, 1000, 20000, 100000, 3 << 20 };
 	int passed = 0, failed = 0;
-	for (int h = 0; h <= DELETE_TWICE; h++)
+	for (int h = 0; h <= FREE_AFTER_REALLOC; h++)
 		for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 			int pfd[2];
 			if (pipe(pfd))

@@ -191,6 +191,41 @@ Test(alloc, realloc_of_freed_block_aborts, .signal = SIGABRT)
 	cr_assert(rdma_realloc(p, 200));
 }
 
+/* The old pointer freed after rdma_realloc moved its block: jemalloc's
+ * rallocx freed it without the key, and this free went through (the
+ * review of issue 23; two rdma_mallocs then returned one block). */
+Test(alloc, free_after_a_moving_realloc_aborts, .signal = SIGABRT)
+{
+	void *p = rdma_malloc(24);
+	void *q = rdma_realloc(p, 4000);
+	cr_assert(q && q != p, "a block of 24 bytes grown to 4000 moves");
+	rdma_free(p);
+}
+
+Test(alloc, realloc_in_place_and_moved_keep_the_bytes)
+{
+	for (size_t size = 8; size < (size_t)8 << 20; size = size * 3 + 5) {
+		unsigned char *p = rdma_malloc(size);
+		cr_assert(p);
+		for (size_t i = 0; i < size; i++)
+			p[i] = (unsigned char)(i * 7 + size);
+		size_t to[] = { size + size / 8 + 1, size * 3, size / 2 + 1 };
+		for (unsigned k = 0; k < 3; k++) {
+			size_t keep = k < 2 ? size : to[k];
+			unsigned char *q = rdma_realloc(p, to[k]);
+			cr_assert(q);
+			for (size_t i = 0; i < keep; i++)
+				cr_assert_eq(q[i], (unsigned char)(i * 7 + size), "size %zu to %zu: byte %zu", size,
+					     to[k], i);
+			p = rdma_realloc(q, size);
+			cr_assert(p);
+			for (size_t i = keep; i < size; i++)
+				p[i] = (unsigned char)(i * 7 + size);
+		}
+		rdma_free(p);
+	}
+}
+
 /* ... and a block handed out again, by any call, is freed again without
  * one. */
 Test(alloc, freed_block_handed_out_again_frees_again)
