@@ -374,7 +374,11 @@ static int attach_for_elision(struct ibv_pd *pd)
 }
 
 /* The PD of entry @doomed lost its last region: detach it, unless an
- * elision of it came meanwhile.  Takes the PD lock. */
+ * elision of it came meanwhile, or keys of it were handed out.  The
+ * program's ibv_dealloc_pd was refused (EBUSY: nothing done), so it may
+ * have gone on with the PD and looked keys up: those stay valid until its
+ * next ibv_dealloc_pd, which detaches it (release_pd).  Takes the PD
+ * lock. */
 static void detach_doomed(struct ibv_pd *doomed)
 {
 	rdmalloc_pd_lock();
@@ -385,7 +389,8 @@ static void detach_doomed(struct ibv_pd *doomed)
 	if (go)
 		entries[i] = (struct pd_entry){ 0 };
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
-	if (go && detach_ours(doomed, 0) == EBUSY) {
+	if (go && detach_ours(doomed, 1) == EBUSY) { /* keys handed out, or a window on it */
+		was.doomed = 0;
 		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);
 		entries[i] = was;
 		rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
@@ -708,8 +713,9 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
  * The program deallocates a PD.  If elision attached it, detach it first
  * (its chunk registrations would keep it busy): while elided regions of it
  * are alive, refuse with EBUSY, as libibverbs would with live regions, and
- * detach it when the last of them goes (a later ibv_dealloc_pd then passes
- * through).  0 to go on to libibverbs, or EBUSY.
+ * detach it when the last of them goes, unless keys of it were handed out
+ * (detach_doomed; a later ibv_dealloc_pd then passes through, or detaches
+ * it).  0 to go on to libibverbs, or EBUSY.
  */
 static int release_pd(struct ibv_pd *pd)
 {

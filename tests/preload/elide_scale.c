@@ -512,6 +512,21 @@ static void case_handed(void)
 	uint32_t l2 = 0, r2 = 0;
 	CHECK(keys_of(buf, 64, p, &l2, &r2) == 0 && l2 == l && r2 == rk, "the keys handed out still answer");
 	CHECK(ibv_dealloc_pd(p) == 0, "the program lets go of p: ibv_dealloc_pd detaches it");
+
+	/* A refused ibv_dealloc_pd (EBUSY: nothing done, as libibverbs says)
+	 * lets the program go on with the PD: keys it looks up then stay
+	 * valid after its last elided region goes (before, that region took
+	 * the PD with it: the review of issue 23). */
+	struct ibv_pd *q = new_pd();
+	struct ibv_mr *m = ibv_reg_mr(q, buf, 100, ACC);
+	CHECK(elided(m, q), "a region of q elided");
+	CHECK(ibv_dealloc_pd(q) == EBUSY, "ibv_dealloc_pd(q) with a live region: EBUSY");
+	CHECK(keys_of(buf + 4096, 64, q, &l, &rk) == 0, "the program goes on: keys of q handed out");
+	CHECK(ibv_dereg_mr(m) == 0, "its last elided region deregistered");
+	CHECK(chunk_reg(q, buf + 4096) && keys_of(buf + 4096, 64, q, &l2, &r2) == 0 && l2 == l && r2 == rk,
+	      "q stays attached, the keys handed out after the refusal still answer");
+	CHECK(ibv_dealloc_pd(q) == 0 && q->handle == FAKE_DROPIN_PD_DEALLOCATED && !chunk_reg(q, buf + 4096),
+	      "the program's next ibv_dealloc_pd detaches and deallocates q");
 	free(buf);
 }
 
