@@ -153,11 +153,27 @@ static int pd_detach_busy(struct ibv_pd *pd);
 static void pd_adopted(struct ibv_pd *pd);
 static void fork_child(void);
 
+/* What knows of elided regions, installed before any thread can make one:
+ * the PD hooks (a detach sees them) and the fork child's handler.
+ * pthread_atfork runs child handlers in the order they were registered:
+ * this one after the library's, whose locks are free again by then. */
+static void install_hooks(void)
+{
+	static const struct rdmalloc_pd_hooks pd_hooks = { pd_detach_busy, pd_adopted };
+	rdmalloc_pd_set_hooks(&pd_hooks);
+	if (pthread_atfork(NULL, NULL, fork_child))
+		rdmalloc_fatal("pthread_atfork failed");
+}
+
 static struct elided *pool_base(void)
 {
 	struct elided *p = atomic_load_explicit(&pool, memory_order_acquire);
 	if (p)
 		return p;
+	/* Every thread that may publish or use the pool waits for the hooks
+	 * here: the one that loses the race below as well. */
+	static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+	pthread_once(&hooks_once, install_hooks);
 	p = rdmalloc_os_reserve(RDMALLOC_ELIDED_MAX * sizeof(*p));
 	if (!p)
 		return NULL;
@@ -167,14 +183,6 @@ static struct elided *pool_base(void)
 		rdmalloc_os_unmap(p, RDMALLOC_ELIDED_MAX * sizeof(*p));
 		return none;
 	}
-	/* Before the first elided region exists (the pool comes first).
-	 * pthread_atfork runs child handlers in the order they were
-	 * registered: this one after the library's, whose locks are free
-	 * again by then. */
-	static const struct rdmalloc_pd_hooks pd_hooks = { pd_detach_busy, pd_adopted };
-	rdmalloc_pd_set_hooks(&pd_hooks);
-	if (pthread_atfork(NULL, NULL, fork_child))
-		rdmalloc_fatal("pthread_atfork failed");
 	return p;
 }
 
