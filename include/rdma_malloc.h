@@ -299,7 +299,9 @@ typedef struct rdma_heap rdma_heap_t;
  * library reads the fields that size covers and takes 0 (the default) for
  * the others, so a program built against an older header keeps its
  * meaning; bytes past the struct this library knows must be 0 (a newer
- * program asking for something this library cannot do is refused).
+ * program asking for something this library cannot do is refused).  So
+ * initialise the struct whole (an initialiser, or memset), not field by
+ * field: padding a newer header adds counts as such bytes.
  */
 struct rdma_heap_attr {
 	/** IBV_ACCESS_* flags every chunk of the heap is registered with. */
