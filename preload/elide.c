@@ -382,11 +382,10 @@ static int attach_for_elision(struct ibv_pd *pd)
 }
 
 /* The PD of entry @doomed lost its last region: detach it, unless an
- * elision of it came meanwhile, or keys of it were handed out.  The
- * program's ibv_dealloc_pd was refused (EBUSY: nothing done), so it may
- * have gone on with the PD and looked keys up: those stay valid until its
- * next ibv_dealloc_pd, which detaches it (release_pd).  Takes the PD
- * lock. */
+ * elision of it came meanwhile, or keys of it were handed out since the
+ * program's ibv_dealloc_pd was refused (EBUSY: nothing done, so it may have
+ * gone on with the PD and looked keys up): those stay valid until its next
+ * ibv_dealloc_pd, which detaches it (release_pd).  Takes the PD lock. */
 static void detach_doomed(struct ibv_pd *doomed)
 {
 	rdmalloc_pd_lock();
@@ -738,6 +737,10 @@ static int release_pd(struct ibv_pd *pd)
 	else if (ours)
 		entries[i] = (struct pd_entry){ 0 };
 	rdmalloc_unlock(RDMALLOC_LOCK_ELIDED);
+	/* Refused: the program meant to let go of the keys it had; only keys
+	 * it looks up from now on keep the PD attached (detach_doomed). */
+	if (busy)
+		rdmalloc_pd_forget_hand_outs_locked(pd);
 	if (ours && !busy && detach_ours(pd, 0) == EBUSY) { /* a window on it */
 		busy = 1;
 		rdmalloc_lock(RDMALLOC_LOCK_ELIDED);

@@ -154,3 +154,8 @@ int rdmalloc_pd_detach_unused_locked(struct ibv_pd *pd)
 {
 	return detach_locked(pd, 1);
 }
+
+void rdmalloc_pd_forget_hand_outs_locked(struct ibv_pd *pd)
+{
+	rdmalloc_chunks_forget_hand_outs(pd);
+}

@@ -24,6 +24,9 @@ void rdmalloc_pd_unlock(void);
  * evicts it for a free index): rdmalloc_chunks_detach_unused.  PD lock
  * held. */
 int rdmalloc_pd_detach_unused_locked(struct ibv_pd *pd);
+/* Keys of @pd handed out so far no longer keep the detach above from it
+ * (rdmalloc_chunks_forget_hand_outs).  PD lock held. */
+void rdmalloc_pd_forget_hand_outs_locked(struct ibv_pd *pd);
 /*
  * What the drop-in's elision says about the program's own attach and
  * detach (both called with the PD lock held; they may take inner locks):

@@ -282,6 +282,10 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd);
  * attached (rdmalloc_pd_slot_hand_out), which the program may still hold.
  */
 int rdmalloc_chunks_detach_unused(struct ibv_pd *pd);
+/* The program let go of the keys of @pd that lookups handed out so far
+ * (its ibv_dealloc_pd was refused): from now on only new hand-outs keep
+ * rdmalloc_chunks_detach_unused from detaching it.  PD lock held. */
+void rdmalloc_chunks_forget_hand_outs(struct ibv_pd *pd);
 
 /*
  * Each PD index's use (rdmalloc_pd_slot_use): a generation, bumped when a

@@ -312,6 +312,15 @@ int rdmalloc_chunks_detach(struct ibv_pd *pd)
 	return detach(pd, 0);
 }
 
+void rdmalloc_chunks_forget_hand_outs(struct ibv_pd *pd)
+{
+	rdmalloc_chunk_lock();
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
+		if (rdmalloc_pd_at(i) == pd)
+			atomic_fetch_and_explicit(&rdmalloc_pd_slot_use[i], ~RDMALLOC_SLOT_HANDED, memory_order_seq_cst);
+	rdmalloc_chunk_unlock();
+}
+
 int rdmalloc_chunks_detach_unused(struct ibv_pd *pd)
 {
 	return detach(pd, 1);

@@ -527,6 +527,16 @@ static void case_handed(void)
 	      "q stays attached, the keys handed out after the refusal still answer");
 	CHECK(ibv_dealloc_pd(q) == 0 && q->handle == FAKE_DROPIN_PD_DEALLOCATED && !chunk_reg(q, buf + 4096),
 	      "the program's next ibv_dealloc_pd detaches and deallocates q");
+
+	/* Keys looked up only before the refused call: the program meant to
+	 * let go of them, and the PD goes with its last region as before (it
+	 * stayed attached for good, a slot lost: the second review). */
+	struct ibv_pd *v = new_pd();
+	m = ibv_reg_mr(v, buf, 100, ACC);
+	CHECK(elided(m, v) && keys_of(buf + 4096, 64, v, &l, &rk) == 0, "v elided, keys of v handed out");
+	CHECK(ibv_dealloc_pd(v) == EBUSY, "ibv_dealloc_pd(v) with a live region: EBUSY");
+	CHECK(ibv_dereg_mr(m) == 0 && !chunk_reg(v, buf + 4096), "with its last region v is detached");
+	CHECK(ibv_dealloc_pd(v) == 0 && v->handle == FAKE_DROPIN_PD_DEALLOCATED, "and deallocated by the next call");
 	free(buf);
 }
 
