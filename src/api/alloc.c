@@ -128,7 +128,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	void *q;
 	int tries = 2, relieved = 0;
 	do /* once more after memory pressure gave idle memory back */
-		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain)
+		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain, "rdma_realloc")
 			   : rdmalloc_heap_rallocx(to, ptr, size ? size : 1, "rdma_realloc");
 	while (unlikely(!q) && --tries && (relieved = rdmalloc_heaps_relieve()));
 	if (relieved)

@@ -237,10 +237,10 @@ void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)
 }
 
 void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
-			   void *(*small)(struct rdmalloc_heap *h, size_t size))
+			   void *(*small)(struct rdmalloc_heap *h, size_t size), const char *who)
 {
 	if ((uintptr_t)p != c->base)
-		rdmalloc_fatal("realloc(%p): inside a block of rdmalloc's (at %p), not at its start", p,
+		rdmalloc_fatal("%s(%p): inside a block of rdmalloc's (at %p), not at its start", who, p,
 			       (void *)c->base);
 	/* A freed block is on its heap's list: neither kept nor copied from
 	 * (another thread may hold it already). */
@@ -248,7 +248,7 @@ void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
 	int freed = c->owner_word != 0;
 	rdmalloc_unlock(RDMALLOC_LOCK_BIG);
 	if (freed)
-		rdmalloc_freed_abort("realloc", p);
+		rdmalloc_freed_abort(who, p);
 	int big = rdmalloc_big_wanted(c->heap, size, 0);
 	if (size <= c->size && size > c->size / 2 && big)
 		return p;
@@ -257,7 +257,7 @@ void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
 	if (!q)
 		return NULL;
 	memcpy(q, p, size < c->size ? size : c->size);
-	rdmalloc_big_free(c, p, "realloc");
+	rdmalloc_big_free(c, p, who);
 	return q;
 }
 

@@ -92,10 +92,11 @@ static inline size_t rdmalloc_big_usable(const struct rdmalloc_chunk *c)
  * chunk still fits it (at most its size, more than half of it), else moved
  * into a new block of @c's heap -- big, or from @small below the
  * threshold (the caller's jemalloc allocation) -- and @p freed.  NULL with
- * errno ENOMEM, @p untouched.
+ * errno ENOMEM, @p untouched.  @p not at the block's start, or free
+ * already, aborts naming the call @who.
  */
 void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
-			   void *(*small)(struct rdmalloc_heap *h, size_t size));
+			   void *(*small)(struct rdmalloc_heap *h, size_t size), const char *who);
 
 /* Release @h's freed big blocks kept longer than its decay time at @now_ns
  * (all of them with @all): the bytes released.  No lock held. */
