@@ -41,6 +41,7 @@
 #include "addrmap.h"
 #include "rdma_malloc.h"
 #include "counters.h"
+#include "crew.h"
 #include "freed.h"
 #include "verbs.h"
 
@@ -191,7 +192,10 @@ static inline void errand(void)
 {
 	if (unlikely(tl_bound == RDMALLOC_TL_ERRAND)) {
 		tl_bound = 1;
-		rdmalloc_reserve_start();
+		if (rdmalloc_reserve_start_wanted())
+			rdmalloc_reserve_start();
+		if (rdmalloc_crew_start_wanted())
+			rdmalloc_crew_start();
 	}
 }
 

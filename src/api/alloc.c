@@ -7,6 +7,7 @@
 #include "alloc.h"
 #include "big.h"
 #include "chunk.h"
+#include "crew.h"
 #include "heap.h"
 #include "heaps.h"
 #include "init.h"
@@ -14,12 +15,14 @@
 #include "addrmap.h"
 #include "reserve.h"
 
-/* A growth asked for the reserve's registration thread: started here,
- * outside every lock (reserve.h). */
+/* A growth asked for the reserve's registration thread, or the crew for
+ * its workers: started here, outside every lock (reserve.h, crew.h). */
 static inline void start_reserve(void)
 {
 	if (unlikely(rdmalloc_reserve_start_wanted()))
 		rdmalloc_reserve_start();
+	if (unlikely(rdmalloc_crew_start_wanted()))
+		rdmalloc_crew_start();
 }
 
 /* The chunk of @ptr; an address that is not ours is fatal, as glibc's
@@ -39,6 +42,8 @@ static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	int saved = errno;
+	if (unlikely(size >= RDMALLOC_CREW_MIN)) /* its chunk shared out, the first time too */
+		rdmalloc_crew_start();
 	void *p;
 	int tries = 2, relieved = 0;
 	do { /* once more after memory pressure gave idle memory back */

@@ -28,6 +28,7 @@
 
 #include "chunk.h"
 #include "counters.h"
+#include "crew.h"
 #include "heap.h"
 #include "lock.h"
 #include "log.h"
@@ -38,18 +39,21 @@
 static void inner_prepare(void)
 {
 	rdmalloc_reserves_fork_prepare(); /* the reserve's thread idle first (reserve.h) */
+	rdmalloc_crew_fork_prepare();     /* then the crew's workers (crew.h) */
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
 static void inner_parent(void)
 {
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_INNER);
+	rdmalloc_crew_fork_parent();
 	rdmalloc_reserves_fork_parent();
 }
 
 static void inner_child(void)
 {
 	rdmalloc_locks_child(RDMALLOC_LOCKS_INNER);
+	rdmalloc_crew_fork_child();
 }
 
 static void outer_prepare(void)

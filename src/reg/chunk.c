@@ -25,6 +25,7 @@
 
 #include "addrmap.h"
 #include "counters.h"
+#include "crew.h"
 #include "hugepage.h"
 #include "lock.h"
 #include "log.h"
@@ -163,6 +164,10 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	c->heap = heap;
 	c->spec = spec;
 	if (held) {
+		/* A big chunk's pages faulted in by the crew together: its
+		 * registrations then only pin them (crew.h). */
+		if (map_size >= RDMALLOC_CREW_MIN && !(spec->flags & RDMA_HEAP_ODP))
+			rdmalloc_crew_populate(p, map_size);
 		err = for_r ? rdmalloc_register_steady(c, used) : rdmalloc_register_steady_relieved(c, used);
 		if (err && !plain_ok) {
 			if (!for_r)

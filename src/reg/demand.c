@@ -22,6 +22,7 @@
 #include <errno.h>
 
 #include "counters.h"
+#include "crew.h"
 #include "lock.h"
 #include "log.h"
 #include "region.h"
@@ -91,6 +92,8 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	c->busy++;
 	rdmalloc_chunk_unlock();
 
+	if (first && c->map_size >= RDMALLOC_CREW_MIN && !(c->spec->flags & RDMA_HEAP_ODP))
+		rdmalloc_crew_populate((void *)c->base, c->map_size); /* crew.h */
 	err = rdmalloc_region_register(c, (unsigned)s, pd);
 	if (err && rdmalloc_pressure(err)) {
 		if (rdmalloc_relieve())

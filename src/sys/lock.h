@@ -31,7 +31,8 @@
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
 	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
 	X(ELIDED, INNER, "the drop-in's elided-region records and its PD entries")           \
-	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")
+	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")     \
+	X(CREW, INNER, "the registration crew's queue of jobs and its parts under way")
 
 enum rdmalloc_lock_id {
 #define RDMALLOC_LOCK_ID_(id, group, what) RDMALLOC_LOCK_##id,

@@ -46,7 +46,9 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	X(RESERVE, reserve, bool, "1",                                           \
 	  "register each heap's next chunk ahead, on a background thread: 0 or 1") \
 	X(CHECK_FREE, check_free, bool, "0",                                     \
-	  "the drop-in's free, realloc and delete abort on a block that is free already: 0 or 1")
+	  "the drop-in's free, realloc and delete abort on a block that is free already: 0 or 1") \
+	X(REG_THREADS, reg_threads, arenas, "0",                                 \
+	  "threads that share a big chunk's registration (its pages faulted in, its PDs registered at once), 1-16 (0: one per online CPU, at most 16)")
 
 /*
  * RDMALLOC_* names that are not options: read by rdmalloc's commands
@@ -78,6 +80,7 @@ struct rdmalloc_options {
 	int hugepages;
 	int reserve;
 	int check_free;
+	unsigned int reg_threads;
 };
 
 /* RDMALLOC_PRELOAD_REGISTER */

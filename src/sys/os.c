@@ -88,6 +88,12 @@ int rdmalloc_os_dontneed(void *p, size_t len)
 	return madvise(p, len, MADV_DONTNEED) ? errno : 0;
 }
 
+/* The kernel may be older than the headers: EINVAL then. */
+int rdmalloc_os_populate(void *p, size_t len)
+{
+	return madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
+}
+
 int rdmalloc_os_thp(void *p, size_t len)
 {
 	return madvise(p, len, MADV_HUGEPAGE) ? errno : 0;

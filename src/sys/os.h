@@ -31,6 +31,10 @@ void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len);
 void rdmalloc_os_unmap(void *p, size_t len);
 /* Give the pages of [p, p+len) back (MADV_DONTNEED): 0 or errno. */
 int rdmalloc_os_dontneed(void *p, size_t len);
+/* Fault the pages of [p, p+len) in, writable, as a registration would
+ * (MADV_POPULATE_WRITE, Linux 5.14): 0 or errno (EINVAL: no such advice
+ * here; ENOMEM, EFAULT: what a registration would have met). */
+int rdmalloc_os_populate(void *p, size_t len);
 /* Ask for transparent huge pages on [p, p+len) (MADV_HUGEPAGE): 0 or errno. */
 int rdmalloc_os_thp(void *p, size_t len);
 /*

@@ -215,6 +215,34 @@ static void *phaser(void *argp)
 	return NULL;
 }
 
+/* Buffers of 16 MiB and more, whose chunks the registration crew
+ * populates and registers with every PD at once (crew.h), while PDs come
+ * and go and chunks are given back. */
+static atomic_ulong giants;
+
+static void *giant(void *argp)
+{
+	atomic_int *stop = argp;
+	for (size_t n = 0; !atomic_load_explicit(stop, memory_order_relaxed); n++) {
+		size_t size = ((size_t)16 << 20) + (n % 8) * (1 << 20);
+		errno = 0;
+		unsigned char *p = rdma_heap_malloc(heaps[1], size);
+		if (!p) {
+			alloc_failed("a buffer of 16 MiB or more failed");
+			continue;
+		}
+		p[0] = p[size - 1] = 0x5e; /* two pages: TSan is slow */
+		uint32_t lkey;
+		if (rdma_malloc_keys(p, size, NULL, &lkey, NULL) != 0 && !faults)
+			violation("no key for the whole of a buffer of 16 MiB or more", p);
+		if (p[0] != 0x5e || p[size - 1] != 0x5e)
+			violation("contents of a big buffer changed under us", p);
+		rdma_free(p);
+		atomic_fetch_add(&giants, 1);
+	}
+	return NULL;
+}
+
 /* The idle-cache flush of the background tick, far more often. */
 static void *flusher(void *arg)
 {
@@ -240,6 +268,7 @@ int main(int argc, char **argv)
 	double seconds = argc > 1 ? atof(argv[1]) : 5;
 	int nthreads = argc > 2 ? atoi(argv[2]) : 8;
 	faults = argc > 3 && !strcmp(argv[3], "faults");
+	setenv("RDMALLOC_REG_THREADS", "4", 0); /* the crew's workers, however few the CPUs */
 	fake_verbs_install(1);
 #ifdef RDMALLOC_FAULT_INJECTION
 	if (faults) {
@@ -271,10 +300,11 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, worker, &args[i]);
 	}
 	static atomic_int churn_stop;
-	pthread_t churn, phases, flush;
+	pthread_t churn, phases, flush, big;
 	pthread_create(&churn, NULL, heap_churner, &churn_stop);
 	pthread_create(&phases, NULL, phaser, &churn_stop);
 	pthread_create(&flush, NULL, flusher, &churn_stop);
+	pthread_create(&big, NULL, giant, &churn_stop);
 	long attaches = 0, threads_spawned = 0;
 	double end = now() + seconds;
 	while (now() < end) {
@@ -300,6 +330,7 @@ int main(int argc, char **argv)
 	pthread_join(churn, NULL);
 	pthread_join(phases, NULL);
 	pthread_join(flush, NULL);
+	pthread_join(big, NULL);
 	unsigned long injected = 0;
 #ifdef RDMALLOC_FAULT_INJECTION
 	rdmalloc_fault_disarm_all();
@@ -329,6 +360,11 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.chunks_given_back, (unsigned long long)st.chunks_taken_back,
 	       (unsigned long long)st.idle_cache_flushes, injected,
 	       atomic_load(&clean_failures), v);
+	if (!atomic_load(&giants) || (!faults && !st.populated_chunks)) {
+		fprintf(stderr, "stress: %lu buffers of 16 MiB or more, %llu chunks populated by the crew: that "
+			"path went untried\n", atomic_load(&giants), (unsigned long long)st.populated_chunks);
+		failed++;
+	}
 	if (!st.chunks_given_back || !st.chunks_taken_back || !st.idle_cache_flushes) {
 		fprintf(stderr, "stress: no chunk was given back or taken back, or no cache flushed: those paths "
 			"went untried\n");

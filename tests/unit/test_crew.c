@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_crew.c - the registration crew (src/reg/crew.h), against the fake
+ * backend: every part of every job runs once, whichever thread takes it,
+ * with callers racing; a big chunk's pages are populated by the crew and
+ * its PDs registered at once (one PD's registration held up does not hold
+ * up the other's), covering the chunk whole; RDMALLOC_REG_THREADS=1 keeps
+ * it all on the caller; fork() while the crew works neither hangs nor
+ * leaves the child without big registrations.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crew.h"
+#include "fake_verbs.h"
+#include "rdma_malloc.h"
+
+#define MiB ((size_t)1 << 20)
+
+static void setup(void)
+{
+	setenv("RDMALLOC_REG_THREADS", "3", 1);
+	setenv("RDMALLOC_RESERVE", "0", 1); /* no registration but the test's */
+	setenv("RDMALLOC_DECAY_MS", "-1", 1);
+	fake_verbs_install(1);
+}
+
+TestSuite(crew, .init = setup, .timeout = 120);
+
+static struct rdma_malloc_stats stats(void)
+{
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	return st;
+}
+
+/* ---- jobs ---- */
+
+#define PARTS 37
+#define JOBS 100
+#define CALLERS 4
+
+struct count_job {
+	struct rdmalloc_crew_job job;
+	pthread_t caller;
+	atomic_uint runs[PARTS];
+	atomic_uint by_others;
+};
+
+static void count_part(struct rdmalloc_crew_job *job, unsigned i)
+{
+	struct count_job *cj = (struct count_job *)job;
+	struct timespec d = { 0, 20000 }; /* a part takes a while, as a slice of a chunk does */
+	nanosleep(&d, NULL);
+	atomic_fetch_add(&cj->runs[i], 1);
+	if (!pthread_equal(pthread_self(), cj->caller))
+		atomic_fetch_add(&cj->by_others, 1);
+}
+
+static atomic_uint total_by_others, total_bad;
+
+static void *caller(void *arg)
+{
+	(void)arg;
+	for (int n = 0; n < JOBS; n++) {
+		struct count_job cj = { .job = { .part = count_part, .parts = PARTS }, .caller = pthread_self() };
+		rdmalloc_crew_run(&cj.job);
+		for (unsigned i = 0; i < PARTS; i++)
+			if (atomic_load(&cj.runs[i]) != 1)
+				atomic_fetch_add(&total_bad, 1);
+		atomic_fetch_add(&total_by_others, atomic_load(&cj.by_others));
+	}
+	return NULL;
+}
+
+Test(crew, every_part_runs_once_whoever_takes_it)
+{
+	rdma_malloc_trim(); /* initialised */
+	rdmalloc_crew_start();
+	cr_assert_eq(rdmalloc_crew_threads(), 3, "RDMALLOC_REG_THREADS=3: the caller and 2 workers");
+	pthread_t t[CALLERS];
+	for (int i = 0; i < CALLERS; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, caller, NULL), 0);
+	for (int i = 0; i < CALLERS; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_eq(atomic_load(&total_bad), 0, "%u parts ran other than once", atomic_load(&total_bad));
+	cr_assert_gt(atomic_load(&total_by_others), 0, "the workers took no part");
+}
+
+/* ---- a big chunk ---- */
+
+struct big_alloc {
+	size_t size;
+	void *p;
+};
+
+static void *allocate(void *arg)
+{
+	struct big_alloc *b = arg;
+	b->p = rdma_malloc(b->size);
+	return NULL;
+}
+
+/* A region of @pd at least @len long, or NULL. */
+static const struct fake_mr_info *region_of_len(struct ibv_pd *pd, size_t len)
+{
+	static struct fake_mr_info all[FAKE_MAX_MRS];
+	size_t n = fake_snapshot(all, FAKE_MAX_MRS);
+	for (size_t i = 0; i < n; i++)
+		if (all[i].pd == pd && all[i].len >= len)
+			return &all[i];
+	return NULL;
+}
+
+/* PD 0's registration of a 64 MiB chunk is held up in the backend: PD 1's
+ * registration of the same chunk goes on meanwhile, on another thread
+ * (one after another, PD 1's came only after PD 0's). */
+Test(crew, big_chunk_registers_its_pds_at_once)
+{
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	struct rdma_malloc_stats s0 = stats();
+	fake_block_next_reg_on(fake_pd(0));
+	struct big_alloc b = { .size = 64 * MiB };
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, allocate, &b), 0);
+	fake_wait_blocked();
+	const struct fake_mr_info *r = NULL;
+	for (int i = 0; i < 500 && !(r = region_of_len(fake_pd(1), b.size)); i++)
+		usleep(10000);
+	int concurrent = r != NULL;
+	fake_release_reg();
+	pthread_join(t, NULL);
+	cr_assert(concurrent, "PD 1 registered nothing while PD 0's registration was held up");
+	cr_assert(b.p);
+	for (int pd = 0; pd < 2; pd++) {
+		const struct fake_mr_info *m = fake_find(fake_pd(pd), b.p);
+		cr_assert(m && (char *)m->addr <= (char *)b.p && (char *)m->addr + m->len >= (char *)b.p + b.size,
+			  "PD %d's region covers the block whole", pd);
+		uint32_t l, rk;
+		cr_assert_eq(rdma_malloc_keys(b.p, b.size, fake_pd(pd), &l, &rk), 0);
+	}
+	cr_assert_eq(stats().populated_chunks, s0.populated_chunks + 1, "its pages populated by the crew");
+	rdma_free(b.p);
+}
+
+Test(crew, one_thread_keeps_it_on_the_caller, .init = NULL)
+{
+	setup();
+	setenv("RDMALLOC_REG_THREADS", "1", 1);
+	void *p = rdma_malloc(64 * MiB);
+	cr_assert(p);
+	cr_assert_eq(rdmalloc_crew_threads(), 1);
+	cr_assert_eq(stats().populated_chunks, 0, "no crew, no separate population");
+	const struct fake_mr_info *m = fake_find(fake_pd(0), p);
+	cr_assert(m && m->len >= 64 * MiB);
+	rdma_free(p);
+}
+
+/* ---- fork ---- */
+
+static atomic_int stop;
+
+static void *churn(void *arg)
+{
+	(void)arg;
+	for (size_t n = 0; !atomic_load(&stop); n++) {
+		void *p = rdma_malloc(RDMALLOC_CREW_MIN + (n % 16) * 4096 * 257);
+		if (!p)
+			abort();
+		memset(p, 1, 4096);
+		rdma_free(p);
+		rdma_malloc_trim(); /* the next one a new chunk, registered anew */
+	}
+	return NULL;
+}
+
+/* Chunks of jemalloc's made in the alloc hook, whose growth lock fork()
+ * waits for (big blocks off: a big block registers outside every lock
+ * fork takes, a gap older than the crew, doc/design.md). */
+Test(crew, fork_while_the_crew_works, .init = NULL)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	setup();
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, churn, NULL), 0);
+	int forks = 0;
+	for (time_t end = time(NULL) + 5; time(NULL) < end; forks++) {
+		pid_t pid = fork();
+		cr_assert_neq(pid, -1);
+		if (pid == 0) {
+			/* The child has none of the parent's PDs: one of its own. */
+			alarm(60);
+			if (rdma_malloc_attach_pd(fake_pd(2)))
+				_exit(2);
+			char *p = rdma_malloc(40 * MiB);
+			uint32_t l, rk;
+			if (!p || rdma_malloc_keys(p, 40 * MiB, fake_pd(2), &l, &rk))
+				_exit(3);
+			memset(p, 2, 40 * MiB);
+			_exit(0);
+		}
+		int st;
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d: status %#x", forks, st);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_gt(forks, 3);
+	cr_assert_gt(stats().populated_chunks, 0);
+}
