@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "e2e.h"
 
@@ -108,6 +109,85 @@ HOSTS_TEST(two_hosts_write_read, 240)
 		rdma_free(dst);
 		rdma_free(src);
 	}
+}
+
+/* The first 8 bytes of a 64 MiB window of the GiB buffer say which it is
+ * (the rest is one pattern): a window written at the wrong offset, or not
+ * at all, shows. */
+static void stamp(uint8_t *w, uint64_t i)
+{
+	memcpy(w, &i, sizeof(i));
+}
+
+static void assert_window(const uint8_t *w, const uint8_t *ref, size_t win, uint64_t i, const char *what)
+{
+	uint64_t got;
+	memcpy(&got, w, sizeof(got));
+	size_t nd = 0, at = e2e_compare(w + 8, ref + 8, win - 8, &nd);
+	cr_assert(got == i && at == E2E_NO_DIFF, "%s, window %llu: stamp %llu, first differing byte at %zu (%zu differ)",
+		  what, (unsigned long long)i, (unsigned long long)got, at == E2E_NO_DIFF ? 0 : at + 8, nd);
+}
+
+/* rdma_malloc of a GiB with both hosts' PDs attached, which the
+ * registration crew populates and registers on both devices at once
+ * (issue 26): its keys under each PD move every byte of it, by RDMA WRITE
+ * and READ across the link.  Host 2's keys (the buffer as the remote end):
+ * a WRITE into each 64 MiB of it, then a READ of each back; host 1's keys
+ * (the buffer as the local end): a WRITE of each 64 MiB to host 2, then a
+ * READ of each from host 2 into it. */
+HOSTS_TEST(two_hosts_gib_buffer_every_byte_per_pd, 1200)
+{
+	const size_t len = (size_t)1 << 30, win = 64 * MiB, n = len / win;
+	struct rdma_malloc_stats s0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s0) }, s1 = s0;
+	cr_assert(rdma_malloc_stats_get(&s0) == 0);
+	uint8_t *big = rdma_malloc(len), *ref = rdma_malloc(win), *w = rdma_malloc(win);
+	cr_assert(big && ref && w, "rdma_malloc: %s", strerror(errno));
+	cr_assert(rdma_malloc_stats_get(&s1) == 0);
+	if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
+		cr_assert(s1.populated_chunks > s0.populated_chunks,
+			  "the GiB's chunk was not populated by the registration crew");
+	e2e_fill(ref, win, 3300);
+	uint64_t tx0 = veth1_tx_bytes();
+
+	memset(big, 0, len);
+	for (uint64_t i = 0; i < n; i++) {
+		stamp(ref, i);
+		E2E_ASSERT_PAIR_OK(h.pair, e2e_write(&h.pair, big + i * win, ref, win),
+				   "RDMA WRITE into the GiB buffer with host 2's rkey");
+	}
+	for (uint64_t i = 0; i < n; i++)
+		assert_window(big + i * win, ref, win, i, "the GiB buffer after RDMA WRITEs with host 2's rkey");
+	for (uint64_t i = 0; i < n; i++) {
+		memset(w, 0, win);
+		E2E_ASSERT_PAIR_OK(h.pair, e2e_read(&h.pair, w, big + i * win, win),
+				   "RDMA READ from the GiB buffer with host 2's rkey");
+		stamp(ref, i);
+		assert_window(w, ref, win, i, "RDMA READ from the GiB buffer with host 2's rkey");
+	}
+
+	for (uint64_t i = 0; i < n; i++) {
+		memset(w, 0, win);
+		E2E_ASSERT_PAIR_OK(h.pair, e2e_write(&h.pair, w, big + i * win, win),
+				   "RDMA WRITE from the GiB buffer with host 1's lkey");
+		stamp(ref, i);
+		assert_window(w, ref, win, i, "RDMA WRITE from the GiB buffer with host 1's lkey");
+	}
+	memset(big, 0, len);
+	for (uint64_t i = 0; i < n; i++) {
+		stamp(ref, n + i);
+		E2E_ASSERT_PAIR_OK(h.pair, e2e_read(&h.pair, big + i * win, ref, win),
+				   "RDMA READ into the GiB buffer with host 1's lkey");
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		stamp(ref, n + i);
+		assert_window(big + i * win, ref, win, n + i, "the GiB buffer after RDMA READs with host 1's lkey");
+	}
+	uint64_t sent = veth1_tx_bytes() - tx0;
+	cr_assert(sent >= 2 * len, "veth1 sent %llu bytes for 2 GiB of RDMA WRITE: the data did not cross the link",
+		  (unsigned long long)sent);
+	rdma_free(w);
+	rdma_free(ref);
+	rdma_free(big);
 }
 
 /* SEND/RECV and both atomics across the link, into malloc'ed memory. */
