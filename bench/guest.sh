@@ -123,6 +123,12 @@ for rep in $(seq 1 $alloc_reps); do
 	done
 	printf '[guest %3ds] allocators: rep %d/%d done\n' $((SECONDS - t0)) $rep $alloc_reps
 done
+# A large buffer's wait for its keys, with one and two PDs (rxe1, rxe2),
+# one and two registering threads, 4 KiB and 2 MiB pages (bigreg.sh).
+if [ -n "${RDMALLOC_VM_HOSTS:-}" ]; then
+	printf '[guest %3ds] bigreg\n' $((SECONDS - t0))
+	"$(dirname "$0")/bigreg.sh" "$build" $mode
+fi
 # An engine between the two hosts (bench/run boots with --hosts 2):
 # ucx_perftest plain, under the drop-in, and with the remote-access heap.
 if [ -n "${RDMALLOC_VM_HOSTS:-}" ]; then

@@ -683,6 +683,54 @@ else:
     md.append("Not measured.")
     md.append("")
 
+# ------------------------------------------------------------------ 8. bigreg
+bg = read("bigreg.csv")
+md.append("## 8. Registration in parallel")
+md.append("")
+if bg:
+    md.append("Seconds from `rdma_heap_malloc` of a large buffer to its keys on every PD (`bigreg.c`), with "
+              "one PD (rxe1) and two (rxe1, rxe2), `RDMALLOC_REG_THREADS` 1 and 2, 4 KiB and explicit 2 MiB "
+              "pages, and the guest's own single-thread page-fault rate for as many fresh pages (floor). "
+              "Medians over the repetitions, interleaved; the ratio is 2 threads over 1 for the same work, "
+              "in the same boot.")
+    md.append("")
+    body, dat = [], []
+    sizes = sorted({int(r["size_mib"]) for r in bg})
+    for env in sorted({r["env"] for r in bg}):
+        for pages in ("4k", "huge"):
+            for size in sizes:
+                sel = [r for r in bg if r["env"] == env and r["pages"] == pages and int(r["size_mib"]) == size]
+                flr = med([r for r in sel if r["what"] == "floor"], "seconds")
+                cells = {}
+                for pds in ("1", "2"):
+                    for t in ("1", "2"):
+                        cells[(pds, t)] = med([r for r in sel if r["what"] == "register" and r["pds"] == pds
+                                               and r["threads"] == t], "seconds")
+                    one, two = cells[(pds, "1")], cells[(pds, "2")]
+                    r_ = ratio(two, one)
+                    gib = size / 1024
+                    body.append([env, pages, fmt_size(size << 20), pds, str(len([r for r in sel if r["what"] == "register" and r["pds"] == pds and r["threads"] == "1"])),
+                                 fmt(flr, 3), fmt(one, 3), fmt(two, 3), fmt(r_, 2),
+                                 fmt(ratio(gib, one), 2), fmt(ratio(gib, two), 2), fmt(ratio(gib, flr), 2)])
+                    if pds == "2":
+                        verdict(f"8. 2 threads, 2 PDs at most 0.6x of 1 thread ({env}, {pages}, {fmt_size(size << 20)})",
+                                "met" if r_ is not None and r_ <= 0.6 else "not met",
+                                f"{fmt(two, 3)} s against {fmt(one, 3)} s: {fmt(r_, 2)}x")
+                dat.append([size, flr, cells[("1", "1")], cells[("1", "2")], cells[("2", "1")], cells[("2", "2")]])
+            write_dat(f"bigreg-{env}-{pages}.dat", ["size_mib", "floor", "pd1_t1", "pd1_t2", "pd2_t1", "pd2_t2"], dat)
+            dat = []
+            gnuplot(f"bigreg-{env}-{pages}",
+                    f"set title 'time to keys of a new buffer ({env}, {pages} pages)'\n"
+                    "set xlabel 'buffer MiB'\nset ylabel 'seconds (median)'\nset logscale x 2\n"
+                    f"plot 'bigreg-{env}-{pages}.dat' using 1:2 with linespoints title 'one thread touching its pages (floor)', "
+                    "'' using 1:5 with linespoints title '2 PDs, 1 thread', '' using 1:6 with linespoints title '2 PDs, 2 threads', "
+                    "'' using 1:3 with linespoints title '1 PD, 1 thread', '' using 1:4 with linespoints title '1 PD, 2 threads'\n")
+    table(["env", "pages", "buffer", "PDs", "reps", "floor s", "1 thread s", "2 threads s", "2 / 1",
+           "GiB/s, 1 thread", "GiB/s, 2 threads", "GiB/s, floor"], body)
+else:
+    md.append("Not measured.")
+    md.append("")
+
 # ------------------------------------------------------------------ verdicts
 md.append("## Verdicts")
 md.append("")
