@@ -32,6 +32,7 @@
 #pragma GCC diagnostic ignored "-Wuse-after-free"
 
 static volatile uintptr_t sink;
+#define SMALL_MAX ((size_t)14 << 10) /* jemalloc 5.3's largest small size class */
 static void *victim;
 
 static void *free_it(void *p)
@@ -60,8 +61,12 @@ static void run(enum how how, size_t size)
 		break;
 	case OTHERS_BETWEEN:
 		free(victim);
-		for (size_t s = 8; s < 70000; s = s * 3 + 1)
-			if (s < size / 2 || s > size * 2) /* of another class */
+		/* Of other classes, and never where the victim was: a block
+		 * carved from its freed extent at its address (a smaller large
+		 * size) would make the second free a legal one.  Small classes
+		 * have slabs of their own; large blocks, only larger sizes. */
+		for (size_t s = 8; s < ((size_t)24 << 20); s = s * 3 + 1)
+			if (size <= SMALL_MAX ? s < size / 2 || s > size * 2 : s > size * 2)
 				sink += (uintptr_t)malloc(s);
 		free(victim);
 		break;
