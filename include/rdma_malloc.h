@@ -597,7 +597,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(pds, gauge, "protection domains attached")                                \
 	X(registrations, counter, "ibv_reg_mr calls that succeeded")                \
 	X(registration_failures, counter, "ibv_reg_mr calls that failed")          \
-	X(registration_ns, counter, "nanoseconds spent in ibv_reg_mr")              \
+	X(registration_ns, counter, "nanoseconds spent in ibv_reg_mr, summed over threads")              \
 	X(deregistrations, counter, "ibv_dereg_mr calls that succeeded")            \
 	X(deregistration_failures, counter, "ibv_dereg_mr calls that failed")      \
 	X(limit_refusals, counter, "chunks refused by RDMALLOC_MAX_REGISTERED")     \

@@ -163,11 +163,12 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	c->page_kind = kind;
 	c->heap = heap;
 	c->spec = spec;
+	int populated = 0;
 	if (held) {
 		/* A big chunk's pages faulted in by the crew together: its
 		 * registrations then only pin them (crew.h). */
 		if (map_size >= RDMALLOC_CREW_MIN && !(spec->flags & RDMA_HEAP_ODP))
-			rdmalloc_crew_populate(p, map_size);
+			populated = rdmalloc_crew_populate(p, map_size) == 0;
 		err = for_r ? rdmalloc_register_steady(c, used) : rdmalloc_register_steady_relieved(c, used);
 		if (err && !plain_ok) {
 			if (!for_r)
@@ -176,6 +177,8 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 		}
 		if (err) { /* plain it is: nothing of it may stay registered */
 			int kept = rdmalloc_region_deregister_all(c);
+			if (!kept && populated) /* fresh: its pages go, as a refused registration leaves none */
+				rdmalloc_os_dontneed(p, map_size);
 			rdmalloc_chunk_lock();
 			rdmalloc_pd_users_release(*used);
 			*used = 0;

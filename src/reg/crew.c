@@ -187,6 +187,8 @@ static void populate_part(struct rdmalloc_crew_job *job, unsigned i)
 		atomic_compare_exchange_strong(&pj->err, &none, err);
 }
 
+static atomic_int no_populate; /* the kernel refused MADV_POPULATE_WRITE once: never again */
+
 int rdmalloc_crew_populate(void *p, size_t len)
 {
 	if (rdmalloc_crew_threads() < 2) { /* the registration faults them in as fast */
@@ -194,16 +196,23 @@ int rdmalloc_crew_populate(void *p, size_t len)
 			atomic_store_explicit(&rdmalloc_crew_wanted, 1, memory_order_relaxed);
 		return 0;
 	}
+	if (atomic_load_explicit(&no_populate, memory_order_relaxed))
+		return EINVAL;
+	/* A registration RLIMIT_MEMLOCK will refuse touches no page: neither
+	 * does this, or a refused chunk would stay resident whole. */
+	if (!rdmalloc_os_may_pin(len))
+		return ENOMEM;
 	struct populate_job pj = { .job = { .part = populate_part }, .base = p, .len = len,
 				   .slice = RDMALLOC_CREW_SLICE };
 	pj.job.parts = (unsigned)((len + pj.slice - 1) / pj.slice);
 	rdmalloc_crew_run(&pj.job);
 	int err = atomic_load(&pj.err);
 	if (err == EINVAL) { /* a kernel before 5.14: no populating, ever */
+		atomic_store_explicit(&no_populate, 1, memory_order_relaxed);
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_INFO, "madvise(MADV_POPULATE_WRITE) is refused here: big chunks "
-				  "are registered by one thread each (counted in fallbacks)");
-	} else {
+				  "are registered by one thread each (counted in fallbacks once)");
+	} else if (!err) {
 		STAT_INC(populated_chunks);
 	}
 	return err;

@@ -16,10 +16,11 @@
  * job's caller takes parts itself until none is left, then waits only for
  * parts that workers have under way: a job finishes without the workers,
  * alone when they are not started, stopped for a fork, or busy.  Workers
- * take no lock of ours but CREW (a leaf), never across a part, and what
- * they allocate inside libibverbs goes where a hook's does (tls.h), so a
- * caller may wait for them inside an extent hook, holding jemalloc's
- * growth lock.  Workers are started outside every lock, never in a hook
+ * hold CREW (a leaf) only between parts; inside a part they take what a
+ * registration takes (ODP for implicit ODP regions, NEST for what
+ * libibverbs allocates in the drop-in: tls.h), never a lock the caller
+ * holds, so a caller may wait for them inside an extent hook, holding
+ * jemalloc's growth lock.  Workers are started outside every lock, never in a hook
  * (reserve.h says why): by rdmalloc_crew_start().
  */
 #ifndef RDMALLOC_CREW_H
@@ -68,11 +69,13 @@ static inline int rdmalloc_crew_start_wanted(void)
 }
 
 /* Populate [@p, @p+@len) (os.h) in slices shared out among the crew,
- * before its registration: 0, or the first slice's errno (the
- * registration then says what is wrong).  The contents stay as they are.
- * Where the kernel cannot populate (EINVAL), nothing is (logged once,
- * counted in fallbacks); without workers, nothing either: the
- * registration alone faults the pages in as fast. */
+ * before its registration: 0 (counted in populated_chunks), or an errno
+ * (the registration then says what is wrong).  The contents stay as they
+ * are.  Nothing is populated without workers (the registration alone
+ * faults the pages in as fast: 0), where RLIMIT_MEMLOCK would refuse the
+ * registration (ENOMEM: a refused registration touches no page, and
+ * neither must this), or where the kernel cannot populate (EINVAL, then
+ * never again: logged once, counted in fallbacks). */
 int rdmalloc_crew_populate(void *p, size_t len);
 
 /* fork(): no part starts, and the workers' parts under way end (prepare);

@@ -4,8 +4,12 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -92,6 +96,28 @@ int rdmalloc_os_dontneed(void *p, size_t len)
 int rdmalloc_os_populate(void *p, size_t len)
 {
 	return madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
+}
+
+int rdmalloc_os_may_pin(size_t len)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return 1;
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return 1;
+	char line[256];
+	unsigned long long cap = 0, pin_kb = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "CapEff:", 7))
+			cap = strtoull(line + 7, NULL, 16);
+		else if (!strncmp(line, "VmPin:", 6))
+			pin_kb = strtoull(line + 6, NULL, 10);
+	}
+	fclose(f);
+	if (cap & (1ull << 14)) /* CAP_IPC_LOCK: the limit does not apply */
+		return 1;
+	return (unsigned long long)len <= rl.rlim_cur && pin_kb << 10 <= rl.rlim_cur - len;
 }
 
 int rdmalloc_os_thp(void *p, size_t len)

@@ -35,6 +35,11 @@ int rdmalloc_os_dontneed(void *p, size_t len);
  * (MADV_POPULATE_WRITE, Linux 5.14): 0 or errno (EINVAL: no such advice
  * here; ENOMEM, EFAULT: what a registration would have met). */
 int rdmalloc_os_populate(void *p, size_t len);
+/* Whether @len more bytes may be pinned by a registration, as the kernel
+ * will judge it: CAP_IPC_LOCK, or RLIMIT_MEMLOCK unlimited or above the
+ * pages pinned now (VmPin) plus @len.  Reads /proc/self/status: for big
+ * registrations only.  1 when it cannot tell. */
+int rdmalloc_os_may_pin(size_t len);
 /* Ask for transparent huge pages on [p, p+len) (MADV_HUGEPAGE): 0 or errno. */
 int rdmalloc_os_thp(void *p, size_t len);
 /*
