@@ -8,14 +8,21 @@ build=${1:?usage: guest-suite.sh BUILD_DIR}
 here=$(dirname "$0")
 passed=0
 failed=0
+# Each verdict with its seconds: where the guest's share of CI's time goes.
 run() {
-	local name=$1
+	local name=$1 t0=$SECONDS
 	shift
 	echo "--- $name"
-	if "$@"; then passed=$((passed + 1)); echo "--- ok $name"; else failed=$((failed + 1)); echo "--- FAIL $name"; fi
+	if "$@"; then
+		passed=$((passed + 1))
+		echo "--- ok $name ($((SECONDS - t0)) s)"
+	else
+		failed=$((failed + 1))
+		echo "--- FAIL $name ($((SECONDS - t0)) s)"
+	fi
 }
 run "device is up" ibv_devinfo -d rxe0
-run "end-to-end RDMA suite" "$build/tests/e2e/rdmalloc-e2e" --jobs 1
+run "end-to-end RDMA suite" "$build/tests/e2e/rdmalloc-e2e" --jobs 1 --verbose
 # rdmalloc info (rdmalloc(1)) sees the device the library would use.
 info_has_rxe0() {
 	"$build/tools/info/rdmalloc-info" --json | python3 -c '

@@ -26,10 +26,18 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-ok() { echo "ok $1"; passed=$((passed + 1)); }
+# Each verdict with the seconds since the one before (or the start).
+verdict_mark=$SECONDS
+since() { since_s=$((SECONDS - verdict_mark)); verdict_mark=$SECONDS; }
+ok() {
+	since
+	echo "ok $1 ($since_s s)"
+	passed=$((passed + 1))
+}
 # fail WHAT [LOG...]: counts, and shows the last lines of each log.
 fail() {
-	echo "FAIL $1"
+	since
+	echo "FAIL $1 ($since_s s)"
 	failed=$((failed + 1))
 	shift
 	local f
