@@ -35,17 +35,20 @@
 #include "mw.h"
 #include "pd.h"
 #include "reserve.h"
+#include "verbs.h"
 
 static void inner_prepare(void)
 {
 	rdmalloc_reserves_fork_prepare(); /* the reserve's thread idle first (reserve.h) */
 	rdmalloc_crew_fork_prepare();     /* then the crew's workers (crew.h) */
+	rdmalloc_verbs_fork_prepare();    /* then every verbs call of ours (verbs.h) */
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
 static void inner_parent(void)
 {
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_INNER);
+	rdmalloc_verbs_fork_parent();
 	rdmalloc_crew_fork_parent();
 	rdmalloc_reserves_fork_parent();
 }
@@ -53,6 +56,7 @@ static void inner_parent(void)
 static void inner_child(void)
 {
 	rdmalloc_locks_child(RDMALLOC_LOCKS_INNER);
+	rdmalloc_verbs_fork_child();
 	rdmalloc_crew_fork_child();
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "lock.h"
 #include "log.h"
 #include "os.h"
 #include "counters.h"
@@ -357,14 +358,69 @@ static size_t region_bytes(const void *addr, size_t len)
 	return addr == NULL && len == SIZE_MAX ? 0 : len;
 }
 
+/* ---- calls under way, which fork() waits for (verbs.h) ---- */
+
+static unsigned under_way; /* VERBS lock */
+static int forking;        /* VERBS lock */
+
+/* Around every call into the table: counted under way (waiting while a
+ * fork is coming), and rdmalloc_tl_in_verbs raised.  A call nested in one
+ * (its low part, below RDMALLOC_TL_IN_HOOK, not zero) is already counted. */
+static void enter(void)
+{
+	if (rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK == 0) {
+		rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+		while (forking)
+			rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
+		under_way++;
+		rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+	}
+	rdmalloc_tl_in_verbs++;
+}
+
+static void leave(void)
+{
+	if (--rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK)
+		return;
+	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	if (!--under_way && forking)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_VERBS);
+	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+}
+
+void rdmalloc_verbs_fork_prepare(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	forking = 1;
+	while (under_way)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
+	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+}
+
+void rdmalloc_verbs_fork_parent(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	forking = 0;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_VERBS);
+	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+}
+
+void rdmalloc_verbs_fork_child(void)
+{
+	forking = 0;
+	under_way = 0;
+}
+
+/* ---- the calls ---- */
+
 struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	uint64_t t0 = rdmalloc_now_ns();
 	errno = 0;
 	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len);
-	rdmalloc_tl_in_verbs++;
+	enter();
 	struct ibv_mr *mr = ferr ? (errno = ferr, NULL) : ops->reg_mr(pd, addr, len, access);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	STAT_ADD(registration_ns, rdmalloc_now_ns() - t0);
 	if (!mr) {
 		if (!errno)
@@ -382,10 +438,10 @@ int rdmalloc_dereg_mr(struct ibv_mr *mr)
 {
 	size_t len = mr->length, bytes = region_bytes(mr->addr, len); /* mr is gone after */
 	int err = rdmalloc_fault_hit(RDMALLOC_FAULT_DEREG, mr->addr, len);
-	rdmalloc_tl_in_verbs++;
+	enter();
 	if (!err)
 		err = ops->dereg_mr(mr);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	if (err) {
 		STAT_INC(deregistration_failures);
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of %zu bytes failed: %s; the pages stay pinned",
@@ -400,18 +456,18 @@ int rdmalloc_dereg_mr(struct ibv_mr *mr)
 
 struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t whylen)
 {
-	rdmalloc_tl_in_verbs++;
+	enter();
 	struct ibv_pd *pd = ops->open_default_pd(device, why, whylen);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	return pd;
 }
 
 int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 {
 	*broken = 0;
-	rdmalloc_tl_in_verbs++;
+	enter();
 	int err = ops->rereg_mr(mr, access, broken);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	if (!err)
 		STAT_INC(rereg_in_place);
 	return err;
@@ -420,9 +476,9 @@ int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 {
 	errno = 0;
-	rdmalloc_tl_in_verbs++;
+	enter();
 	struct ibv_mw *mw = ops->alloc_mw(pd, type);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	if (!mw) {
 		if (!errno)
 			errno = ENOMEM;
@@ -434,9 +490,9 @@ struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 
 int rdmalloc_dealloc_mw(struct ibv_mw *mw)
 {
-	rdmalloc_tl_in_verbs++;
+	enter();
 	int err = ops->dealloc_mw(mw);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	if (!err)
 		STAT_SUB(mws, 1);
 	return err;
@@ -445,33 +501,33 @@ int rdmalloc_dealloc_mw(struct ibv_mw *mw)
 int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
 		     unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
 {
-	rdmalloc_tl_in_verbs++;
+	enter();
 	int err = ops->bind_mw(qp, mw, mr, addr, len, access, rkey, wr_id, send_flags);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	return err;
 }
 
 int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
 {
-	rdmalloc_tl_in_verbs++;
+	enter();
 	int err = ops->local_inv(qp, rkey, wr_id, send_flags);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	return err;
 }
 
 int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 {
-	rdmalloc_tl_in_verbs++;
+	enter();
 	int err = ops->query_odp(pd, general, rc);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	return err;
 }
 
 int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey)
 {
-	rdmalloc_tl_in_verbs++;
+	enter();
 	int err = ops->advise_mr(pd, advice, flags, addr, len, lkey);
-	rdmalloc_tl_in_verbs--;
+	leave();
 	return err;
 }
 

@@ -90,6 +90,25 @@ int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc);
 int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit);
 int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
 
+/*
+ * fork() and our verbs calls: a child forked in the middle of one would
+ * inherit the provider's and libibverbs' locks as that call held them,
+ * with no thread to release them (its first registration would hang).
+ * Hooks register under a jemalloc lock fork takes, but a big block's chunk
+ * and the crew's callers do not, so every call of the table above counts
+ * itself under way, and fork waits for the count: the prepare handler
+ * (after every outer lock and jemalloc's, before the inner ones) marks
+ * fork as coming and waits until no call is under way; a call that starts
+ * meanwhile waits until the fork is over.  A call under way holds no lock
+ * of ours that fork takes by then and never waits for this (a call nested
+ * in one counts without waiting), so neither side waits for ever.
+ */
+void rdmalloc_verbs_fork_prepare(void);
+void rdmalloc_verbs_fork_parent(void);
+/* No lock taken: the child has one thread (the VERBS lock is reset with
+ * the others). */
+void rdmalloc_verbs_fork_child(void);
+
 /* lkey/rkey of a region. */
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -161,7 +162,7 @@ static uint32_t odp_general = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
 		odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
 			 IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
 
-static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
+static struct ibv_mr *fake_reg_body(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	count_pd(pd);
 	pthread_mutex_lock(&block_mu);
@@ -225,7 +226,36 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 	return mr;
 }
 
+/* Registrations and deregistrations inside the backend now: a fork child
+ * sees the count its parent had at the fork. */
+static atomic_uint under_way;
+
+unsigned fake_calls_under_way(void)
+{
+	return atomic_load(&under_way);
+}
+
+static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
+{
+	atomic_fetch_add(&under_way, 1);
+	struct ibv_mr *mr = fake_reg_body(pd, addr, len, access);
+	int err = errno;
+	atomic_fetch_sub(&under_way, 1);
+	errno = err;
+	return mr;
+}
+
+static int fake_dereg_body(struct ibv_mr *mr);
+
 static int fake_dereg(struct ibv_mr *mr)
+{
+	atomic_fetch_add(&under_way, 1);
+	int err = fake_dereg_body(mr);
+	atomic_fetch_sub(&under_way, 1);
+	return err;
+}
+
+static int fake_dereg_body(struct ibv_mr *mr)
 {
 	count_pd(mr->pd);
 	pthread_mutex_lock(&mu);

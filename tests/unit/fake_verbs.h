@@ -89,6 +89,8 @@ struct ibv_pd *fake_pd_of_lkey(uint32_t lkey);
 /* Registrations and deregistrations made so far with @pd. */
 unsigned long fake_pd_calls(struct ibv_pd *pd);
 void fake_wait_blocked(void);
+/* Registrations and deregistrations inside the backend at this moment. */
+unsigned fake_calls_under_way(void);
 void fake_release_reg(void);
 
 /* ODP capabilities the fake reports (default: RC ODP for everything), and the last

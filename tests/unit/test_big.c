@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_big.c - big blocks (RDMALLOC_BIG_BLOCK, off by default; big.h),
+ * test_big.c - big blocks (RDMALLOC_BIG_BLOCK, 64K by default; big.h),
  * against the fake backend: a block past the threshold is a chunk of its
  * own whose registration covers it whole; a freed one is kept, registered,
  * and serves the next block of its size without a registration; a trim
@@ -17,7 +17,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "addrmap.h"
 #include "big.h"
@@ -299,4 +301,66 @@ Test(big, without_big_blocks_chunks_follow_jemallocs_series, .init = NULL)
 	size_t n = chunks_for_small_blocks(h);
 	cr_assert_lt(n, 24, "96 MiB of 1 KiB blocks in %zu chunks: capped at 2 MiB without big blocks", n);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* ---- fork ---- */
+
+struct big_alloc {
+	size_t size;
+	void *p;
+};
+
+static void *allocate(void *arg)
+{
+	struct big_alloc *b = arg;
+	b->p = rdma_malloc(b->size);
+	return NULL;
+}
+
+static void *release_later(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	fake_release_reg();
+	return NULL;
+}
+
+/* A big block's chunk registers outside every lock of jemalloc's: a fork()
+ * meanwhile must wait for the registration, or the child inherits the
+ * backend's (a provider's) locks as that call held them, with no thread to
+ * release them.  The backend's count of calls under way, seen in the
+ * child, must be zero. */
+static void setup_no_reserve(void)
+{
+	setenv("RDMALLOC_RESERVE", "0", 1); /* the registration held up is the block's */
+	setup();
+}
+
+Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
+{
+	void *warm = rdma_malloc(64); /* RDMA up, the default PD's */
+	cr_assert(warm);
+	fake_block_next_reg();
+	struct big_alloc b = { .size = 1 * MiB };
+	pthread_t t, r;
+	size_t calls = fake_reg_calls();
+	cr_assert_eq(pthread_create(&t, NULL, allocate, &b), 0);
+	fake_wait_blocked();
+	cr_assert_eq(fake_calls_under_way(), 1);
+	cr_assert_eq(fake_reg_calls(), calls, "the block's registration is the one held up");
+	cr_assert_eq(pthread_create(&r, NULL, release_later, NULL), 0);
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0)
+		_exit(fake_calls_under_way() == 0 ? 0 : 3);
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	pthread_join(r, NULL);
+	pthread_join(t, NULL);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child was forked in the middle of a registration (status %#x)", st);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(b.p);
+	cr_assert(b.p && c && c->big, "the block was made, a big one");
+	rdma_free(b.p);
+	rdma_free(warm);
 }

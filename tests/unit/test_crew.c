@@ -182,12 +182,11 @@ static void *churn(void *arg)
 	return NULL;
 }
 
-/* Chunks of jemalloc's made in the alloc hook, whose growth lock fork()
- * waits for (big blocks off: a big block registers outside every lock
- * fork takes, a gap older than the crew, doc/design.md). */
+/* Chunks made in jemalloc's alloc hook, whose growth lock fork() waits
+ * for, and big blocks' chunks, registered outside every jemalloc lock,
+ * whose verbs calls fork() waits for (verbs.h). */
 Test(crew, fork_while_the_crew_works, .init = NULL)
 {
-	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
 	setup();
 	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
 	pthread_t t[2];
