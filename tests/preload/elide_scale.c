@@ -6,7 +6,7 @@
  * stand-ins answer what elide.c hands on to libibverbs.  PDs are the
  * program's own structs: the fake backend registers chunks with any.
  *   elide_scale CASE    (rereg, dealloc, evict, slots, scale, threads,
- *                        detach, adopt, handed, fork, lookups)
+ *                        detach, adopt, handed, fork, atfork, lookups)
  * Prints ok/FAIL lines; exit 0 when every check passed.
  */
 #include <dlfcn.h>
@@ -629,6 +629,84 @@ static void case_fork(void)
 	free(buf);
 }
 
+/* The process's first elision inside the program's own fork handlers (a
+ * library that registers memory around a fork): glibc holds its handler
+ * lock while the parent's handlers run, so a pthread_atfork of ours there
+ * would never return.  Each handler's process must go on: the parent's
+ * (prepare and parent handlers) and the child's. */
+static char *af_buf;
+static struct ibv_pd *af_pd;
+static const char *af_when; /* the handler that registers: prepare, parent, child */
+static int af_elided = -1;
+
+static void af_register(const char *when)
+{
+	if (strcmp(when, af_when))
+		return;
+	alarm(20); /* a hang becomes SIGALRM, which the test reports */
+	struct ibv_mr *mr = ibv_reg_mr(af_pd, af_buf, 100, ACC);
+	af_elided = elided(mr, af_pd);
+	if (mr)
+		ibv_dereg_mr(mr);
+	alarm(0);
+}
+
+static void af_prepare(void)
+{
+	af_register("prepare");
+}
+
+static void af_parent(void)
+{
+	af_register("parent");
+}
+
+static void af_child(void)
+{
+	af_register("child");
+}
+
+static void *af_nothing(void *arg)
+{
+	return arg;
+}
+
+/* One fork whose @when handler makes the process's first elision: run in a
+ * process of its own (the elision must be the first). */
+static void atfork_once(const char *when)
+{
+	af_when = when;
+	af_buf = malloc(MiB);
+	af_pd = new_pd();
+	/* A second thread once: glibc takes its handler lock only then. */
+	pthread_t t;
+	if (pthread_create(&t, NULL, af_nothing, NULL) || pthread_join(t, NULL) ||
+	    pthread_atfork(af_prepare, af_parent, af_child) || stats().elided_registrations != 0)
+		_exit(4);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(strcmp(when, "child") ? 0 : af_elided == 1 ? 0 : 3);
+	int st = 0;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+		_exit(5);
+	_exit(strcmp(when, "child") ? (af_elided == 1 ? 0 : 3) : 0);
+}
+
+static void case_atfork(void)
+{
+	static const char *const whens[] = { "prepare", "parent", "child" };
+	for (size_t i = 0; i < 3; i++) {
+		pid_t pid = fork();
+		if (pid == 0)
+			atfork_once(whens[i]);
+		int st = 0;
+		waitpid(pid, &st, 0);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "the first elision in the program's %s handler, and the fork goes on (%s %d)", whens[i],
+		      WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -653,7 +731,7 @@ int main(int argc, char **argv)
 		{ "rereg", case_rereg },   { "dealloc", case_dealloc }, { "evict", case_evict },
 		{ "slots", case_slots },   { "scale", case_scale },     { "threads", case_threads },
 		{ "detach", case_detach }, { "adopt", case_adopt },     { "handed", case_handed },
-		{ "fork", case_fork },     { "lookups", case_lookups },
+		{ "fork", case_fork },     { "atfork", case_atfork },   { "lookups", case_lookups },
 	};
 	const char *want = argc > 1 ? argv[1] : "";
 	int ran = 0;
