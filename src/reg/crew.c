@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -102,25 +101,9 @@ void rdmalloc_crew_start(void)
 	unsigned want = wanted_workers();
 	if (!want)
 		return;
-	/* Signals are the program's threads' business. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_t attr;
-	int err = pthread_attr_init(&attr);
-	if (!err) {
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		/* A stack size of our own, as the reserve's thread has (reserve.c). */
-		pthread_attr_setstacksize(&attr, CREW_STACK);
-		for (unsigned n = 0; n < want && !err; n++) {
-			pthread_t t;
-			err = pthread_create(&t, &attr, worker, NULL);
-			if (!err)
-				atomic_fetch_add_explicit(&started, 1, memory_order_release);
-		}
-		pthread_attr_destroy(&attr);
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	unsigned n;
+	int err = rdmalloc_os_start_threads(worker, want, CREW_STACK, &n);
+	atomic_fetch_add_explicit(&started, n, memory_order_release);
 	if (err) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot start the registration crew's threads (%s): %u of %u "

@@ -20,7 +20,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -268,23 +267,8 @@ void rdmalloc_reserve_start(void)
 	int wanted = 1;
 	if (!atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &wanted, 2))
 		return;
-	/* Signals are the program's threads' business. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_t attr;
-	pthread_t t;
-	int err = pthread_attr_init(&attr);
-	if (!err) {
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		/* A stack size of our own: without one, glibc takes its default-
-		 * attribute lock, which the calling thread may hold already (it
-		 * allocates inside pthread_getattr_default_np's copy). */
-		pthread_attr_setstacksize(&attr, RESERVE_STACK);
-		err = pthread_create(&t, &attr, registrar, NULL);
-		pthread_attr_destroy(&attr);
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	unsigned n;
+	int err = rdmalloc_os_start_threads(registrar, 1, RESERVE_STACK, &n);
 	if (err) {
 		atomic_store(&rdmalloc_reserve_thread_state, 3);
 		STAT_INC(fallbacks);

@@ -3,6 +3,8 @@
 #include "os.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +130,25 @@ int rdmalloc_os_thp(void *p, size_t len)
 static long membarrier(int cmd)
 {
 	return syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started)
+{
+	*started = 0;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_t attr;
+	int err = pthread_attr_init(&attr);
+	if (!err) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, stack);
+		for (pthread_t t; *started < n && !(err = pthread_create(&t, &attr, fn, NULL));)
+			++*started;
+		pthread_attr_destroy(&attr);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return err;
 }
 
 int rdmalloc_os_barrier_all_threads(void)

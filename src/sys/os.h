@@ -49,6 +49,16 @@ int rdmalloc_os_thp(void *p, size_t len);
  * is a compiler barrier.  0, or errno (ENOSYS, EINVAL: no such call here).
  */
 int rdmalloc_os_barrier_all_threads(void);
+/*
+ * Start @n detached threads running @fn(NULL), stopping at the first that
+ * cannot start: 0 or its errno; *@started counts those that did.  They
+ * start with every signal blocked (signals are the program's threads'
+ * business) and a stack of @stack bytes: without a size of our own glibc
+ * takes its default-attribute lock, which the calling thread may hold
+ * already (it allocates inside pthread_getattr_default_np's copy).  Never
+ * from a hook or with a lock of ours held.
+ */
+int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
 /* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */
 uint64_t rdmalloc_now_ns(void);
 /* 64 random bits from the kernel (getrandom(2)); without entropy yet, the
