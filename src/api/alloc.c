@@ -42,7 +42,8 @@ static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	int saved = errno;
-	if (unlikely(size >= RDMALLOC_CREW_MIN)) /* its chunk shared out, the first time too */
+	/* Its chunk shared out, the first time too (an ODP heap's never is). */
+	if (unlikely(rdmalloc_crew_serves(size, rdmalloc_heap_spec(h)->flags)))
 		rdmalloc_crew_start();
 	void *p;
 	int tries = 2, relieved = 0;

@@ -167,7 +167,7 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	if (held) {
 		/* A big chunk's pages faulted in by the crew together: its
 		 * registrations then only pin them (crew.h). */
-		if (map_size >= RDMALLOC_CREW_MIN && !(spec->flags & RDMA_HEAP_ODP))
+		if (rdmalloc_crew_serves(map_size, spec->flags))
 			populated = rdmalloc_crew_populate(p, map_size) == 0;
 		err = for_r ? rdmalloc_register_steady(c, used) : rdmalloc_register_steady_relieved(c, used);
 		if (err && !plain_ok) {

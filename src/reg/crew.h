@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "compiler.h"
+#include "rdma_malloc.h"
 
 /* Chunks smaller than this are registered by the caller alone: handing
  * out parts costs a wake-up (tens of microseconds), populating 16 MiB a
@@ -38,6 +39,14 @@
 /* A slice of a chunk's population: parts of about this size, so that
  * threads that run slower (or start late) take fewer. */
 #define RDMALLOC_CREW_SLICE ((size_t)8 << 20)
+
+/* Whether a chunk of @len bytes in a heap of @flags (RDMA_HEAP_*) is the
+ * crew's to populate before it is pinned: big enough to share out, and
+ * pinned at all (an ODP registration pins nothing). */
+static inline int rdmalloc_crew_serves(size_t len, unsigned int flags)
+{
+	return len >= RDMALLOC_CREW_MIN && !(flags & RDMA_HEAP_ODP);
+}
 #define RDMALLOC_CREW_MAX 16 /* RDMALLOC_REG_THREADS */
 
 /* A job: @parts calls of @part(@job, i), for i from 0, in any order on

@@ -92,7 +92,7 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	c->busy++;
 	rdmalloc_chunk_unlock();
 
-	if (first && c->map_size >= RDMALLOC_CREW_MIN && !(c->spec->flags & RDMA_HEAP_ODP))
+	if (first && rdmalloc_crew_serves(c->map_size, c->spec->flags))
 		rdmalloc_crew_populate((void *)c->base, c->map_size); /* crew.h */
 	err = rdmalloc_region_register(c, (unsigned)s, pd);
 	if (err && rdmalloc_pressure(err)) {

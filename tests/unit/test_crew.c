@@ -9,6 +9,7 @@
  * leaves the child without big registrations.
  */
 #include <criterion/criterion.h>
+#include <infiniband/verbs.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -162,6 +163,21 @@ Test(crew, one_thread_keeps_it_on_the_caller, .init = NULL)
 	const struct fake_mr_info *m = fake_find(fake_pd(0), p);
 	cr_assert(m && m->len >= 64 * MiB);
 	rdma_free(p);
+}
+
+/* An ODP heap pins nothing, so the crew has nothing to do for it: its big
+ * allocations start no worker (they did, as any of 16 MiB or more). */
+Test(crew, an_odp_heap_starts_no_worker)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE,
+								      .flags = RDMA_HEAP_ODP });
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 64 * MiB);
+	cr_assert(p);
+	memset(p, 1, 4096);
+	cr_assert_eq(rdmalloc_crew_threads(), 1, "%u threads for an ODP heap", rdmalloc_crew_threads());
+	rdma_free(p);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
 /* ---- fork ---- */
