@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "heap.h"
+#include "rdma_malloc.h"
 #include "verbs.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -147,6 +148,26 @@ void fake_wait_blocked(void)
 	while (block_state != 2)
 		pthread_cond_wait(&block_cv, &block_mu);
 	pthread_mutex_unlock(&block_mu);
+}
+
+static void *alloc_thread(void *arg)
+{
+	struct fake_alloc *a = arg;
+	a->p = rdma_malloc(a->size);
+	return NULL;
+}
+
+void fake_alloc_start(struct fake_alloc *a, size_t size)
+{
+	*a = (struct fake_alloc){ .size = size };
+	if (pthread_create(&a->thread, NULL, alloc_thread, a))
+		abort();
+}
+
+void *fake_alloc_join(struct fake_alloc *a)
+{
+	pthread_join(a->thread, NULL);
+	return a->p;
 }
 
 void fake_release_reg(void)

@@ -9,6 +9,7 @@
 #ifndef FAKE_VERBS_H
 #define FAKE_VERBS_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,16 @@ struct ibv_pd *fake_pd_of_lkey(uint32_t lkey);
 /* Registrations and deregistrations made so far with @pd. */
 unsigned long fake_pd_calls(struct ibv_pd *pd);
 void fake_wait_blocked(void);
+/* rdma_malloc(@size) on a thread of its own, whose registration a test
+ * holds up (fake_block_next_reg*) while it looks; fake_alloc_join waits
+ * for it and returns the block.  Aborts if the thread cannot start. */
+struct fake_alloc {
+	size_t size;
+	void *p;
+	pthread_t thread;
+};
+void fake_alloc_start(struct fake_alloc *a, size_t size);
+void *fake_alloc_join(struct fake_alloc *a);
 /* Registrations and deregistrations inside the backend at this moment. */
 unsigned fake_calls_under_way(void);
 void fake_release_reg(void);

@@ -305,18 +305,6 @@ Test(big, without_big_blocks_chunks_follow_jemallocs_series, .init = NULL)
 
 /* ---- fork ---- */
 
-struct big_alloc {
-	size_t size;
-	void *p;
-};
-
-static void *allocate(void *arg)
-{
-	struct big_alloc *b = arg;
-	b->p = rdma_malloc(b->size);
-	return NULL;
-}
-
 static void *release_later(void *arg)
 {
 	(void)arg;
@@ -341,10 +329,10 @@ Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 	void *warm = rdma_malloc(64); /* RDMA up, the default PD's */
 	cr_assert(warm);
 	fake_block_next_reg();
-	struct big_alloc b = { .size = 1 * MiB };
-	pthread_t t, r;
+	struct fake_alloc b;
+	pthread_t r;
 	size_t calls = fake_reg_calls();
-	cr_assert_eq(pthread_create(&t, NULL, allocate, &b), 0);
+	fake_alloc_start(&b, 1 * MiB);
 	fake_wait_blocked();
 	cr_assert_eq(fake_calls_under_way(), 1);
 	cr_assert_eq(fake_reg_calls(), calls, "the block's registration is the one held up");
@@ -356,7 +344,7 @@ Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 	int st = 0;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	pthread_join(r, NULL);
-	pthread_join(t, NULL);
+	fake_alloc_join(&b);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the child was forked in the middle of a registration (status %#x)", st);
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(b.p);

@@ -98,18 +98,6 @@ Test(crew, every_part_runs_once_whoever_takes_it)
 
 /* ---- a big chunk ---- */
 
-struct big_alloc {
-	size_t size;
-	void *p;
-};
-
-static void *allocate(void *arg)
-{
-	struct big_alloc *b = arg;
-	b->p = rdma_malloc(b->size);
-	return NULL;
-}
-
 /* A region of @pd at least @len long, or NULL. */
 static const struct fake_mr_info *region_of_len(struct ibv_pd *pd, size_t len)
 {
@@ -129,16 +117,15 @@ Test(crew, big_chunk_registers_its_pds_at_once)
 	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
 	struct rdma_malloc_stats s0 = stats();
 	fake_block_next_reg_on(fake_pd(0));
-	struct big_alloc b = { .size = 64 * MiB };
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, allocate, &b), 0);
+	struct fake_alloc b;
+	fake_alloc_start(&b, 64 * MiB);
 	fake_wait_blocked();
 	const struct fake_mr_info *r = NULL;
 	for (int i = 0; i < 500 && !(r = region_of_len(fake_pd(1), b.size)); i++)
 		usleep(10000);
 	int concurrent = r != NULL;
 	fake_release_reg();
-	pthread_join(t, NULL);
+	fake_alloc_join(&b);
 	cr_assert(concurrent, "PD 1 registered nothing while PD 0's registration was held up");
 	cr_assert(b.p);
 	for (int pd = 0; pd < 2; pd++) {
