@@ -52,14 +52,23 @@ skip() {
 check() {
 	local name=$1 prog=$2
 	shift 2
+	if [ -n "${REAL_PROGRAMS_ONLY:-}" ] && [[ " $REAL_PROGRAMS_ONLY " != *" $name "* ]]; then
+		echo "# $name: not in this run (REAL_PROGRAMS_ONLY)"
+		return
+	fi
 	if ! command -v "$prog" >/dev/null 2>&1; then
 		skip "$name" "$prog is not installed"
 		return
 	fi
-	local d=$work/$name t0=$SECONDS
+	local d=$work/$name t0=$SECONDS rc_ref ref=${REAL_PROGRAMS_REFS:+$REAL_PROGRAMS_REFS/$name}
 	mkdir -p "$d/ref" "$d/pre"
-	(cd "$d/ref" || exit 125; "$@") >"$d/ref.out" 2>"$d/ref.err"
-	local rc_ref=$?
+	if [ -n "$ref" ] && [ -f "$ref.rc" ]; then
+		cp "$ref.out" "$d/ref.out" && cp "$ref.err" "$d/ref.err" && rc_ref=$(<"$ref.rc")
+	else
+		(cd "$d/ref" || exit 125; "$@") >"$d/ref.out" 2>"$d/ref.err"
+		rc_ref=$?
+		[ -z "$ref" ] || { cp "$d/ref.out" "$ref.out" && cp "$d/ref.err" "$ref.err" && echo "$rc_ref" >"$ref.rc"; }
+	fi
 	(cd "$d/pre" || exit 125; export LD_PRELOAD=$lib; "$@") >"$d/pre.out" 2>"$d/pre.err"
 	local rc_pre=$?
 	local why=()
