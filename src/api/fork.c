@@ -41,14 +41,12 @@ static void inner_prepare(void)
 {
 	rdmalloc_reserves_fork_prepare(); /* the reserve's thread idle first (reserve.h) */
 	rdmalloc_crew_fork_prepare();     /* then the crew's workers (crew.h) */
-	rdmalloc_verbs_fork_prepare();    /* then every verbs call of ours (verbs.h) */
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
 static void inner_parent(void)
 {
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_INNER);
-	rdmalloc_verbs_fork_parent();
 	rdmalloc_crew_fork_parent();
 	rdmalloc_reserves_fork_parent();
 }
@@ -56,17 +54,20 @@ static void inner_parent(void)
 static void inner_child(void)
 {
 	rdmalloc_locks_child(RDMALLOC_LOCKS_INNER);
-	rdmalloc_verbs_fork_child();
 	rdmalloc_crew_fork_child();
 }
 
+/* The outer locks, then every verbs call of ours under way (verbs.h):
+ * before jemalloc's prepare, whose locks such a call may want. */
 static void outer_prepare(void)
 {
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
+	rdmalloc_verbs_fork_prepare();
 }
 
 static void outer_parent(void)
 {
+	rdmalloc_verbs_fork_parent();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
 }
 
@@ -80,6 +81,7 @@ static void outer_child(void)
 	rdmalloc_heap_fork_child();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
+	rdmalloc_verbs_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 }
 

@@ -26,14 +26,14 @@
 	X(HEAP, OUTER, "the heap table, heap creation and destruction")                      \
 	X(PD, OUTER, "attach, detach, access changes, heap destruction, windows, elision")   \
 	X(TCACHE, OUTER, "thread-cache ownership")                                           \
+	X(VERBS, INNER, "the count of our verbs calls under way, which fork() waits for")   \
 	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD table, creators")  \
 	X(BIG, INNER, "every heap's freed big blocks kept for reuse")                        \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
 	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
 	X(ELIDED, INNER, "the drop-in's elided-region records and its PD entries")           \
 	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")     \
-	X(CREW, INNER, "the registration crew's queue of jobs and its parts under way")    \
-	X(VERBS, INNER, "the count of our verbs calls under way, which fork() waits for")
+	X(CREW, INNER, "the registration crew's queue of jobs and its parts under way")
 
 enum rdmalloc_lock_id {
 #define RDMALLOC_LOCK_ID_(id, group, what) RDMALLOC_LOCK_##id,

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <string.h>
@@ -363,14 +364,20 @@ static size_t region_bytes(const void *addr, size_t len)
 static unsigned under_way; /* VERBS lock */
 static int forking;        /* VERBS lock */
 
-/* Around every call into the table: counted under way (waiting while a
- * fork is coming), and rdmalloc_tl_in_verbs raised.  A call nested in one
- * (its low part, below RDMALLOC_TL_IN_HOOK, not zero) is already counted. */
-static void enter(void)
+/*
+ * Around every call into the table but the posts on the program's queue
+ * pairs: the thread's outermost call counts itself under way, and one made
+ * outside every hook (rdmalloc_tl_in_verbs 0) waits first while a fork is
+ * coming.  Cancellation is off meanwhile (the kernel command is a write(),
+ * a cancellation point): a call cancelled there would stay counted and
+ * every later fork would wait for it.  *@cancel keeps the thread's state.
+ */
+static void enter(int *cancel)
 {
 	if (rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK == 0) {
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel);
 		rdmalloc_lock(RDMALLOC_LOCK_VERBS);
-		while (forking)
+		while (forking && !rdmalloc_tl_in_verbs)
 			rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
 		under_way++;
 		rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
@@ -378,7 +385,7 @@ static void enter(void)
 	rdmalloc_tl_in_verbs++;
 }
 
-static void leave(void)
+static void leave(int cancel)
 {
 	if (--rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK)
 		return;
@@ -386,13 +393,21 @@ static void leave(void)
 	if (!--under_way && forking)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_VERBS);
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+	pthread_setcancelstate(cancel, NULL);
+}
+
+/* This thread's own call, when it forks from inside one (a signal handler):
+ * not waited for. */
+static unsigned own_call(void)
+{
+	return rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK != 0;
 }
 
 void rdmalloc_verbs_fork_prepare(void)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	forking = 1;
-	while (under_way)
+	while (under_way > own_call())
 		rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
 }
@@ -408,19 +423,19 @@ void rdmalloc_verbs_fork_parent(void)
 void rdmalloc_verbs_fork_child(void)
 {
 	forking = 0;
-	under_way = 0;
+	under_way = own_call();
 }
 
 /* ---- the calls ---- */
 
 struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
-	uint64_t t0 = rdmalloc_now_ns();
+	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len), cancel;
+	enter(&cancel);
+	uint64_t t0 = rdmalloc_now_ns(); /* after any wait for a fork */
 	errno = 0;
-	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len);
-	enter();
 	struct ibv_mr *mr = ferr ? (errno = ferr, NULL) : ops->reg_mr(pd, addr, len, access);
-	leave();
+	leave(cancel);
 	STAT_ADD(registration_ns, rdmalloc_now_ns() - t0);
 	if (!mr) {
 		if (!errno)
@@ -438,10 +453,11 @@ int rdmalloc_dereg_mr(struct ibv_mr *mr)
 {
 	size_t len = mr->length, bytes = region_bytes(mr->addr, len); /* mr is gone after */
 	int err = rdmalloc_fault_hit(RDMALLOC_FAULT_DEREG, mr->addr, len);
-	enter();
+	int cancel;
+	enter(&cancel);
 	if (!err)
 		err = ops->dereg_mr(mr);
-	leave();
+	leave(cancel);
 	if (err) {
 		STAT_INC(deregistration_failures);
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of %zu bytes failed: %s; the pages stay pinned",
@@ -456,18 +472,20 @@ int rdmalloc_dereg_mr(struct ibv_mr *mr)
 
 struct ibv_pd *rdmalloc_open_default_pd(const char *device, char *why, size_t whylen)
 {
-	enter();
+	int cancel;
+	enter(&cancel);
 	struct ibv_pd *pd = ops->open_default_pd(device, why, whylen);
-	leave();
+	leave(cancel);
 	return pd;
 }
 
 int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 {
 	*broken = 0;
-	enter();
+	int cancel;
+	enter(&cancel);
 	int err = ops->rereg_mr(mr, access, broken);
-	leave();
+	leave(cancel);
 	if (!err)
 		STAT_INC(rereg_in_place);
 	return err;
@@ -476,9 +494,10 @@ int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 {
 	errno = 0;
-	enter();
+	int cancel;
+	enter(&cancel);
 	struct ibv_mw *mw = ops->alloc_mw(pd, type);
-	leave();
+	leave(cancel);
 	if (!mw) {
 		if (!errno)
 			errno = ENOMEM;
@@ -490,9 +509,10 @@ struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 
 int rdmalloc_dealloc_mw(struct ibv_mw *mw)
 {
-	enter();
+	int cancel;
+	enter(&cancel);
 	int err = ops->dealloc_mw(mw);
-	leave();
+	leave(cancel);
 	if (!err)
 		STAT_SUB(mws, 1);
 	return err;
@@ -501,33 +521,35 @@ int rdmalloc_dealloc_mw(struct ibv_mw *mw)
 int rdmalloc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, size_t len,
 		     unsigned int access, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
 {
-	enter();
+	rdmalloc_tl_in_verbs++; /* a post on the program's QP: not counted (verbs.h) */
 	int err = ops->bind_mw(qp, mw, mr, addr, len, access, rkey, wr_id, send_flags);
-	leave();
+	rdmalloc_tl_in_verbs--;
 	return err;
 }
 
 int rdmalloc_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsigned int send_flags)
 {
-	enter();
+	rdmalloc_tl_in_verbs++; /* a post on the program's QP: not counted (verbs.h) */
 	int err = ops->local_inv(qp, rkey, wr_id, send_flags);
-	leave();
+	rdmalloc_tl_in_verbs--;
 	return err;
 }
 
 int rdmalloc_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 {
-	enter();
+	int cancel;
+	enter(&cancel);
 	int err = ops->query_odp(pd, general, rc);
-	leave();
+	leave(cancel);
 	return err;
 }
 
 int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey)
 {
-	enter();
+	int cancel;
+	enter(&cancel);
 	int err = ops->advise_mr(pd, advice, flags, addr, len, lkey);
-	leave();
+	leave(cancel);
 	return err;
 }
 

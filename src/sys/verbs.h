@@ -93,15 +93,20 @@ int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr
 /*
  * fork() and our verbs calls: a child forked in the middle of one would
  * inherit the provider's and libibverbs' locks as that call held them,
- * with no thread to release them (its first registration would hang).
- * Hooks register under a jemalloc lock fork takes, but a big block's chunk
- * and the crew's callers do not, so every call of the table above counts
- * itself under way, and fork waits for the count: the prepare handler
- * (after every outer lock and jemalloc's, before the inner ones) marks
- * fork as coming and waits until no call is under way; a call that starts
- * meanwhile waits until the fork is over.  A call under way holds no lock
- * of ours that fork takes by then and never waits for this (a call nested
- * in one counts without waiting), so neither side waits for ever.
+ * with no thread to release them (its first registration would hang).  A
+ * big block's chunk, the crew's callers and the hooks jemalloc calls
+ * without a lock of its own (commit, decommit) register outside every lock
+ * fork takes.  So each thread's outermost call into the table counts
+ * itself under way (the posts on the program's queue pairs, which a child
+ * never uses, do not), and fork's outer prepare handler, holding the outer
+ * locks and before jemalloc's prepare (a call may allocate or free from
+ * jemalloc), marks a fork as coming and waits until no call is under way.
+ * A call then started outside every hook waits until the fork is over; one
+ * inside a hook, which may hold a jemalloc lock that jemalloc's prepare
+ * waits for, only counts: a hook under one of jemalloc's locks is waited
+ * for by jemalloc's prepare, one under none that starts in that window is
+ * not covered.  No call under way waits for a lock fork holds by then (it
+ * holds no outer lock, and takes none), so the wait ends.
  */
 void rdmalloc_verbs_fork_prepare(void);
 void rdmalloc_verbs_fork_parent(void);

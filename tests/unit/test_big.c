@@ -305,29 +305,46 @@ Test(big, without_big_blocks_chunks_follow_jemallocs_series, .init = NULL)
 
 /* ---- fork ---- */
 
+/* Set by the test's prepare handler, registered after the library's: it
+ * runs first, as fork() begins. */
+static atomic_int fork_began;
+
+static void mark_fork(void)
+{
+	atomic_store(&fork_began, 1);
+}
+
+/* Releases the held registration once fork() has begun, and a while after:
+ * a fork that does not wait for it has forked by then. */
 static void *release_later(void *arg)
 {
 	(void)arg;
-	usleep(300 * 1000);
+	for (int i = 0; i < 1000 && !atomic_load(&fork_began); i++)
+		usleep(10 * 1000);
+	usleep(200 * 1000);
 	fake_release_reg();
 	return NULL;
 }
 
-/* A big block's chunk registers outside every lock of jemalloc's: a fork()
- * meanwhile must wait for the registration, or the child inherits the
- * backend's (a provider's) locks as that call held them, with no thread to
- * release them.  The backend's count of calls under way, seen in the
- * child, must be zero. */
 static void setup_no_reserve(void)
 {
 	setenv("RDMALLOC_RESERVE", "0", 1); /* the registration held up is the block's */
 	setup();
 }
 
+/* A big block's chunk registers outside every lock of jemalloc's: a fork()
+ * meanwhile must wait for the registration, or the child inherits the
+ * backend's (a provider's) locks as that call held them, with no thread to
+ * release them.  The backend's count of calls under way, seen in the
+ * child, must be zero.  The backend allocates and frees from jemalloc
+ * inside the call, as libibverbs may: fork must not wait for the call
+ * while it holds jemalloc's locks. */
 Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 {
 	void *warm = rdma_malloc(64); /* RDMA up, the default PD's */
 	cr_assert(warm);
+	cr_assert_eq(pthread_atfork(mark_fork, NULL, NULL), 0);
+	fake_reenter_jemalloc(1);
 	fake_block_next_reg();
 	struct fake_alloc b;
 	pthread_t r;
@@ -345,6 +362,7 @@ Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	pthread_join(r, NULL);
 	fake_alloc_join(&b);
+	fake_reenter_jemalloc(0);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the child was forked in the middle of a registration (status %#x)", st);
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(b.p);
