@@ -35,6 +35,7 @@
 #include "log.h"
 #include "options.h"
 #include "os.h"
+#include "verbs.h"
 
 #define PAGE ((size_t)4096)
 
@@ -129,10 +130,15 @@ static void keep(struct rdmalloc_big_cache *k, struct rdmalloc_chunk *c, uint64_
 }
 
 /* Release the chunks chained on @list: those pinned (an elided region or a
- * window on freed memory) are kept until they are not.  No lock held. */
+ * window on freed memory) are kept until they are not.  No lock held; in a
+ * section, as a chunk is made (rdmalloc_big_alloc). */
 static size_t release(struct rdmalloc_chunk *list, uint64_t now)
 {
+	if (!list)
+		return 0;
 	size_t bytes = 0;
+	int cancel;
+	rdmalloc_verbs_section_begin(&cancel);
 	while (list) {
 		struct rdmalloc_chunk *c = list;
 		list = c->owner_next;
@@ -148,10 +154,11 @@ static size_t release(struct rdmalloc_chunk *list, uint64_t now)
 		}
 		bytes += size;
 	}
+	rdmalloc_verbs_section_end(cancel);
 	return bytes;
 }
 
-void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
+static void *alloc_in_section(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	if (size > SIZE_MAX - PAGE) {
 		errno = ENOMEM;
@@ -208,6 +215,18 @@ void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int
 	STAT_INC(big_blocks);
 	STAT_ADD(big_bytes, c->size);
 	return (void *)c->base;
+}
+
+/* A big block's chunk registers (or, kept, registers again for a fork
+ * child's PDs) outside every lock fork() takes: in a section, so that no
+ * fork happens in the middle (verbs.h). */
+void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
+{
+	int cancel;
+	rdmalloc_verbs_section_begin(&cancel);
+	void *p = alloc_in_section(h, size, align, zero);
+	rdmalloc_verbs_section_end(cancel);
+	return p;
 }
 
 void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)

@@ -363,31 +363,29 @@ static size_t region_bytes(const void *addr, size_t len)
 
 static unsigned under_way; /* VERBS lock */
 static int forking;        /* VERBS lock */
+/* This thread's depth of counted calls and sections: it counts once. */
+static RDMALLOC_TLS unsigned counted;
 
-/*
- * Around every call into the table but the posts on the program's queue
- * pairs: the thread's outermost call counts itself under way, and one made
- * outside every hook (rdmalloc_tl_in_verbs 0) waits first while a fork is
- * coming.  Cancellation is off meanwhile (the kernel command is a write(),
+/* Count this thread under way, once, waiting first while a fork is coming
+ * if @wait.  Cancellation is off meanwhile (a kernel command is a write(),
  * a cancellation point): a call cancelled there would stay counted and
- * every later fork would wait for it.  *@cancel keeps the thread's state.
- */
-static void enter(int *cancel)
+ * every later fork would wait for it.  *@cancel keeps the thread's state. */
+static void count_in(int wait, int *cancel)
 {
-	if (rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK == 0) {
-		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel);
-		rdmalloc_lock(RDMALLOC_LOCK_VERBS);
-		while (forking && !rdmalloc_tl_in_verbs)
-			rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
-		under_way++;
-		rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
-	}
-	rdmalloc_tl_in_verbs++;
+	*cancel = PTHREAD_CANCEL_ENABLE; /* unused unless this is the outermost */
+	if (counted++)
+		return;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel);
+	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	while (wait && forking)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
+	under_way++;
+	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
 }
 
-static void leave(int cancel)
+static void count_out(int cancel)
 {
-	if (--rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK)
+	if (--counted)
 		return;
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	if (!--under_way && forking)
@@ -396,18 +394,36 @@ static void leave(int cancel)
 	pthread_setcancelstate(cancel, NULL);
 }
 
-/* This thread's own call, when it forks from inside one (a signal handler):
- * not waited for. */
-static unsigned own_call(void)
+/* Around every call into the table but the posts on the program's queue
+ * pairs: counted, never waiting (the caller may hold what a hook waits
+ * for), and rdmalloc_tl_in_verbs raised. */
+static void enter(int *cancel)
 {
-	return rdmalloc_tl_in_verbs % RDMALLOC_TL_IN_HOOK != 0;
+	count_in(0, cancel);
+	rdmalloc_tl_in_verbs++;
+}
+
+static void leave(int cancel)
+{
+	rdmalloc_tl_in_verbs--;
+	count_out(cancel);
+}
+
+void rdmalloc_verbs_section_begin(int *cancel)
+{
+	count_in(!rdmalloc_tl_in_verbs, cancel);
+}
+
+void rdmalloc_verbs_section_end(int cancel)
+{
+	count_out(cancel);
 }
 
 void rdmalloc_verbs_fork_prepare(void)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	forking = 1;
-	while (under_way > own_call())
+	while (under_way > (counted != 0)) /* a fork from inside ours (a signal handler) */
 		rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
 }
@@ -423,7 +439,7 @@ void rdmalloc_verbs_fork_parent(void)
 void rdmalloc_verbs_fork_child(void)
 {
 	forking = 0;
-	under_way = own_call();
+	under_way = counted != 0;
 }
 
 /* ---- the calls ---- */

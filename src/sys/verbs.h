@@ -93,21 +93,26 @@ int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr
 /*
  * fork() and our verbs calls: a child forked in the middle of one would
  * inherit the provider's and libibverbs' locks as that call held them,
- * with no thread to release them (its first registration would hang).  A
- * big block's chunk, the crew's callers and the hooks jemalloc calls
- * without a lock of its own (commit, decommit) register outside every lock
- * fork takes.  So each thread's outermost call into the table counts
- * itself under way (the posts on the program's queue pairs, which a child
- * never uses, do not), and fork's outer prepare handler, holding the outer
- * locks and before jemalloc's prepare (a call may allocate or free from
- * jemalloc), marks a fork as coming and waits until no call is under way.
- * A call then started outside every hook waits until the fork is over; one
- * inside a hook, which may hold a jemalloc lock that jemalloc's prepare
- * waits for, only counts: a hook under one of jemalloc's locks is waited
- * for by jemalloc's prepare, one under none that starts in that window is
- * not covered.  No call under way waits for a lock fork holds by then (it
- * holds no outer lock, and takes none), so the wait ends.
+ * with no thread to release them (its first registration would hang).
+ * Each thread's outermost call into the table counts itself under way
+ * (the posts on the program's queue pairs, which a child never uses, do
+ * not), and fork's outer prepare handler, holding the outer locks and
+ * before jemalloc's prepare (a call may allocate or free from jemalloc),
+ * marks a fork as coming and waits until nothing is under way.  A call
+ * never waits for the fork itself: its caller may hold what a hook under
+ * a jemalloc lock waits for (a chunk being given back), and jemalloc's
+ * prepare waits for that hook.  So a call that starts after the wait may
+ * still be under way at the fork: work that must never be, a big block's
+ * chunk made or released outside every lock, is a section.
  */
+/* A section: counted under way from its start to its end, and at its start
+ * waiting while a fork is coming (not inside a hook or a worker of ours,
+ * which may hold a jemalloc lock).  Begin it holding nothing another
+ * thread may wait for (no lock of ours, no mark on a chunk); sections and
+ * calls nest.  *@cancel keeps the thread's cancellation state for the end
+ * (off meanwhile). */
+void rdmalloc_verbs_section_begin(int *cancel);
+void rdmalloc_verbs_section_end(int cancel);
 void rdmalloc_verbs_fork_prepare(void);
 void rdmalloc_verbs_fork_parent(void);
 /* No lock taken: the child has one thread (the VERBS lock is reset with
