@@ -99,7 +99,10 @@ void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
 			   void *(*small)(struct rdmalloc_heap *h, size_t size), const char *who);
 
 /* Release @h's freed big blocks kept longer than its decay time at @now_ns
- * (all of them with @all): the bytes released.  No lock held. */
+ * (all of them with @all): the bytes released.  No lock of ours held but
+ * HEAP (the decay tick, a trim): a release is a section (verbs.h), whose
+ * wait for a fork never happens under an outer lock, which fork holds
+ * before it marks itself coming. */
 size_t rdmalloc_big_decay(struct rdmalloc_heap *h, uint64_t now_ns, int all);
 /* @h is being destroyed (its chunks are released with it): forget its
  * blocks, in use and kept, and take them out of the stats. */

@@ -363,8 +363,12 @@ static size_t region_bytes(const void *addr, size_t len)
 
 static unsigned under_way; /* VERBS lock */
 static int forking;        /* VERBS lock */
-/* This thread's depth of counted calls and sections: it counts once. */
+static unsigned parked;    /* VERBS lock: sections waiting for a fork to end */
+/* This thread's depth of counted calls and sections, and whether it is in
+ * under_way (set with it, under the lock: a fork from a signal handler
+ * then knows its own share exactly). */
 static RDMALLOC_TLS unsigned counted;
+static RDMALLOC_TLS unsigned mine;
 
 /* Count this thread under way, once, waiting first while a fork is coming
  * if @wait.  Cancellation is off meanwhile (a kernel command is a write(),
@@ -377,9 +381,14 @@ static void count_in(int wait, int *cancel)
 		return;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel);
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
-	while (wait && forking)
-		rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
+	if (wait && forking) {
+		parked++;
+		while (forking)
+			rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
+		parked--;
+	}
 	under_way++;
+	mine = 1;
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
 }
 
@@ -388,6 +397,7 @@ static void count_out(int cancel)
 	if (--counted)
 		return;
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	mine = 0;
 	if (!--under_way && forking)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_VERBS);
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
@@ -421,11 +431,19 @@ void rdmalloc_verbs_section_end(int cancel)
 
 void rdmalloc_verbs_fork_prepare(void)
 {
+	uint64_t deadline = rdmalloc_now_ns() + RDMALLOC_FORK_WAIT_NS;
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	forking = 1;
-	while (under_way > (counted != 0)) /* a fork from inside ours (a signal handler) */
-		rdmalloc_lock_wait(RDMALLOC_LOCK_VERBS);
+	while (under_way > mine && rdmalloc_now_ns() < deadline) /* mine: a fork from a signal handler */
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_VERBS, deadline);
+	unsigned left = under_way - mine;
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+	if (left) { /* no allocation, no lock of ours: a fork handler */
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
+				  "after %u s: a child that uses RDMA may hang on the provider's locks (counted in "
+				  "fallbacks)", left, (unsigned)(RDMALLOC_FORK_WAIT_NS / 1000000000u));
+	}
 }
 
 void rdmalloc_verbs_fork_parent(void)
@@ -439,7 +457,24 @@ void rdmalloc_verbs_fork_parent(void)
 void rdmalloc_verbs_fork_child(void)
 {
 	forking = 0;
-	under_way = counted != 0;
+	parked = 0;
+	under_way = mine;
+}
+
+int rdmalloc_verbs_fork_coming(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	int f = forking;
+	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+	return f;
+}
+
+unsigned rdmalloc_verbs_parked(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
+	unsigned n = parked;
+	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
+	return n;
 }
 
 /* ---- the calls ---- */

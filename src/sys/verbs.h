@@ -113,11 +113,19 @@ int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr
  * (off meanwhile). */
 void rdmalloc_verbs_section_begin(int *cancel);
 void rdmalloc_verbs_section_end(int cancel);
+/* How long fork() waits for calls under way: a call whose allocation needs a
+ * lock the program's own fork handler took (an allocator whose handler runs
+ * before ours) would never end.  Past it the fork goes ahead, logged once
+ * and counted in fallbacks: a fork never hangs for us. */
+#define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
 void rdmalloc_verbs_fork_prepare(void);
 void rdmalloc_verbs_fork_parent(void);
 /* No lock taken: the child has one thread (the VERBS lock is reset with
  * the others). */
 void rdmalloc_verbs_fork_child(void);
+/* For the tests: whether a fork is coming, and the sections waiting for it. */
+RDMALLOC_TESTABLE int rdmalloc_verbs_fork_coming(void);
+RDMALLOC_TESTABLE unsigned rdmalloc_verbs_parked(void);
 
 /* lkey/rkey of a region. */
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey);

@@ -26,6 +26,7 @@
 #include "chunk.h"
 #include "fake_verbs.h"
 #include "reserve.h"
+#include "verbs.h"
 #include "rdma_malloc.h"
 
 #define KiB ((size_t)1 << 10)
@@ -368,5 +369,62 @@ Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(b.p);
 	cr_assert(b.p && c && c->big, "the block was made, a big one");
 	rdma_free(b.p);
+	rdma_free(warm);
+}
+
+/* While fork() waits for a registration under way, a big block's chunk made
+ * meanwhile on another thread waits for the fork before it registers (a
+ * section, verbs.h): fork never happens in the middle of one that started
+ * after its wait.  The second block's registration must not have begun in
+ * the child, and nothing be under way there. */
+static atomic_int second_began; /* its registration reached the backend during the fork's wait */
+static struct fake_alloc second;
+
+static void *second_block_during_the_wait(void *arg)
+{
+	unsigned long *before = arg;
+	for (int i = 0; i < 1000 && !atomic_load(&fork_began); i++)
+		usleep(10 * 1000);
+	for (int i = 0; i < 1000 && !rdmalloc_verbs_fork_coming(); i++)
+		usleep(1000);
+	*before = fake_pd_calls(fake_pd(0));
+	fake_alloc_start(&second, 2 * MiB); /* no kept chunk fits: a new one */
+	for (int i = 0; i < 5000 && rdmalloc_verbs_parked() == 0; i++) {
+		if (fake_pd_calls(fake_pd(0)) > *before) {
+			atomic_store(&second_began, 1);
+			break;
+		}
+		usleep(1000);
+	}
+	fake_release_reg();
+	return NULL;
+}
+
+Test(big, a_section_started_during_a_fork_waits_for_it, .init = setup_no_reserve)
+{
+	void *warm = rdma_malloc(64);
+	cr_assert(warm);
+	cr_assert_eq(rdma_malloc_default_pd(), fake_pd(0));
+	cr_assert_eq(pthread_atfork(mark_fork, NULL, NULL), 0);
+	fake_block_next_reg();
+	struct fake_alloc first;
+	fake_alloc_start(&first, 1 * MiB);
+	fake_wait_blocked();
+	static unsigned long before;
+	pthread_t h;
+	cr_assert_eq(pthread_create(&h, NULL, second_block_during_the_wait, &before), 0);
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0)
+		_exit(fake_pd_calls(fake_pd(0)) == before && fake_calls_under_way() == 0 ? 0 : 3);
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	pthread_join(h, NULL);
+	void *p = fake_alloc_join(&first), *q = fake_alloc_join(&second);
+	cr_assert(!atomic_load(&second_began), "the second block's registration began while fork waited");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child saw a registration begun or under way (%#x)", st);
+	cr_assert(p && q);
+	rdma_free(p);
+	rdma_free(q);
 	rdma_free(warm);
 }
