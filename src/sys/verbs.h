@@ -116,7 +116,8 @@ void rdmalloc_verbs_section_end(int cancel);
 /* How long fork() waits for calls under way: a call whose allocation needs a
  * lock the program's own fork handler took (an allocator whose handler runs
  * before ours) would never end.  Past it the fork goes ahead, logged once
- * and counted in fallbacks: a fork never hangs for us. */
+ * and counted in fallbacks: this wait never hangs a fork (the inner
+ * prepare's waits for the reserve and the crew are not bounded). */
 #define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
 void rdmalloc_verbs_fork_prepare(void);
 void rdmalloc_verbs_fork_parent(void);
