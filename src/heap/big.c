@@ -159,7 +159,12 @@ static size_t release(struct rdmalloc_chunk *list, uint64_t now)
 	return bytes;
 }
 
-static void *alloc_in_section(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
+/* A big block's chunk registers (or, kept, registers again for a fork
+ * child's PDs) outside every lock fork() takes: that is a section, so that
+ * no fork happens in the middle (verbs.h).  A kept chunk that needs no verbs
+ * call (every hit but the first after a fork) takes no section: no global
+ * lock, no wait for a fork. */
+void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	if (size > SIZE_MAX - PAGE) {
 		errno = ENOMEM;
@@ -203,7 +208,10 @@ static void *alloc_in_section(struct rdmalloc_heap *h, size_t size, size_t align
 		}
 	}
 	if (!c) {
+		int cancel;
+		rdmalloc_verbs_section_begin(&cancel);
 		c = rdmalloc_chunk_create_big(h, rdmalloc_heap_spec(h), need, align);
+		rdmalloc_verbs_section_end(cancel);
 		if (!c) {
 			errno = ENOMEM;
 			return NULL;
@@ -216,18 +224,6 @@ static void *alloc_in_section(struct rdmalloc_heap *h, size_t size, size_t align
 	STAT_INC(big_blocks);
 	STAT_ADD(big_bytes, c->size);
 	return (void *)c->base;
-}
-
-/* A big block's chunk registers (or, kept, registers again for a fork
- * child's PDs) outside every lock fork() takes: in a section, so that no
- * fork happens in the middle (verbs.h). */
-void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
-{
-	int cancel;
-	rdmalloc_verbs_section_begin(&cancel);
-	void *p = alloc_in_section(h, size, align, zero);
-	rdmalloc_verbs_section_end(cancel);
-	return p;
 }
 
 void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)

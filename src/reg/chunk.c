@@ -32,6 +32,7 @@
 #include "os.h"
 #include "region.h"
 #include "reserve.h"
+#include "verbs.h"
 
 /* Deregister @c from every PD, then unmap its @len bytes at @p (NULL: not
  * mapped) -- unless a region of it stays registered, now or from an
@@ -465,23 +466,38 @@ static void release(struct rdmalloc_chunk *c)
 	rdmalloc_chunk_unlock();
 }
 
+static int resynced(const struct rdmalloc_chunk *c)
+{
+	return !rdmalloc_spec_eager(c->spec) || !c->held || in_step(c);
+}
+
 int rdmalloc_chunk_resync(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();
-	int steady = !rdmalloc_spec_eager(c->spec) || !c->held || in_step(c);
-	if (!steady)
-		c->busy++; /* no give-back, no release meanwhile */
+	int steady = resynced(c);
 	rdmalloc_chunk_unlock();
 	if (steady)
-		return 0;
-	unsigned used = 0;
-	int err = rdmalloc_register_steady(c, &used); /* with the lock on success */
-	if (err)
-		rdmalloc_chunk_lock();
-	c->busy--;
-	rdmalloc_pd_users_release(used);
-	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+		return 0; /* every time but the first after a fork: no section */
+	/* Begun holding nothing (verbs.h), so no fork in the middle. */
+	int cancel;
+	rdmalloc_verbs_section_begin(&cancel);
+	rdmalloc_chunk_lock();
+	steady = resynced(c);
+	if (!steady)
+		c->busy++; /* no give-back, no release meanwhile */
+	int err = 0;
+	if (!steady) {
+		rdmalloc_chunk_unlock();
+		unsigned used = 0;
+		err = rdmalloc_register_steady(c, &used); /* with the lock on success */
+		if (err)
+			rdmalloc_chunk_lock();
+		c->busy--;
+		rdmalloc_pd_users_release(used);
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+	}
 	rdmalloc_chunk_unlock();
+	rdmalloc_verbs_section_end(cancel);
 	return err;
 }
 

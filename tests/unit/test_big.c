@@ -428,3 +428,60 @@ Test(big, a_section_started_during_a_fork_waits_for_it, .init = setup_no_reserve
 	rdma_free(q);
 	rdma_free(warm);
 }
+
+/* A kept block that needs no verbs call is served at once, even while a
+ * fork() waits for a registration under way: only the verbs calls of a
+ * big block's chunk are a section (verbs.h), not its cache's hits, which
+ * take no global lock of the fork's. */
+static struct fake_alloc hit;
+static atomic_int hit_parked; /* the hit waited for the fork */
+
+static void *kept_block_during_the_wait(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 1000 && !atomic_load(&fork_began); i++)
+		usleep(10 * 1000);
+	for (int i = 0; i < 1000 && !rdmalloc_verbs_fork_coming(); i++)
+		usleep(1000);
+	fake_alloc_start(&hit, 1 * MiB);
+	for (int i = 0; i < 5000 && !__atomic_load_n(&hit.p, __ATOMIC_ACQUIRE); i++) {
+		if (rdmalloc_verbs_parked()) {
+			atomic_store(&hit_parked, 1);
+			break;
+		}
+		usleep(1000);
+	}
+	fake_release_reg();
+	return NULL;
+}
+
+Test(big, a_kept_block_is_served_during_a_fork, .init = setup_no_reserve)
+{
+	void *warm = rdma_malloc(64);
+	cr_assert(warm);
+	void *kept = rdma_malloc(1 * MiB);
+	cr_assert(kept);
+	rdma_free(kept); /* kept, registered: the next 1 MiB block is it */
+	cr_assert_eq(pthread_atfork(mark_fork, NULL, NULL), 0);
+	fake_block_next_reg();
+	struct fake_alloc first;
+	fake_alloc_start(&first, 2 * MiB); /* too big for the kept one: registers */
+	fake_wait_blocked();
+	pthread_t h;
+	cr_assert_eq(pthread_create(&h, NULL, kept_block_during_the_wait, NULL), 0);
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0)
+		_exit(fake_calls_under_way() == 0 ? 0 : 3);
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	pthread_join(h, NULL);
+	void *p = fake_alloc_join(&first), *q = fake_alloc_join(&hit);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child saw a registration under way (%#x)", st);
+	cr_assert(!atomic_load(&hit_parked), "a kept block's hit waited for the fork");
+	cr_assert_eq(q, kept, "the 1 MiB block is the kept one");
+	cr_assert(p);
+	rdma_free(p);
+	rdma_free(q);
+	rdma_free(warm);
+}
