@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "chunk.h"
+#include "crew.h"
 #include "heap.h"
 #include "init.h"
 #include "lock.h"
@@ -468,6 +469,7 @@ static int settle(struct elided *e, struct rdmalloc_chunk *c, struct ibv_pd *pd,
 	struct ibv_mr mr;
 	int attached = 0;
 	struct ibv_pd *doomed = NULL;
+	rdmalloc_crew_start_before(c->map_size, c->spec->flags); /* outside every lock */
 	rdmalloc_pd_lock();
 	int err = copy_chunk_mr(c, pd, access, &mr);
 	if (err == ENODEV && !rdmalloc_pd_attached(pd)) { /* first sight of this PD, or detached since */

@@ -43,8 +43,7 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	int saved = errno;
 	/* Its chunk shared out, the first time too (an ODP heap's never is). */
-	if (unlikely(rdmalloc_crew_serves(size, rdmalloc_heap_spec(h)->flags)))
-		rdmalloc_crew_start();
+	rdmalloc_crew_start_before(size, rdmalloc_heap_spec(h)->flags);
 	void *p;
 	int tries = 2, relieved = 0;
 	do { /* once more after memory pressure gave idle memory back */

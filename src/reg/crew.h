@@ -69,6 +69,14 @@ RDMALLOC_TESTABLE unsigned rdmalloc_crew_threads(void);
  * started (once; a failure is logged once and counted in fallbacks, and
  * jobs run on their callers).  No lock held; never from a hook. */
 RDMALLOC_TESTABLE void rdmalloc_crew_start(void);
+/* Before a registration of a chunk of @len bytes in a heap of @flags,
+ * outside every lock (an allocation, a first use): the workers, if the crew
+ * serves such a chunk, so that the first one is shared out too. */
+static inline void rdmalloc_crew_start_before(size_t len, unsigned int flags)
+{
+	if (__builtin_expect(rdmalloc_crew_serves(len, flags), 0))
+		rdmalloc_crew_start();
+}
 /* Whether a job was run alone because the workers were not started: the
  * next call outside every lock starts them (rdmalloc_crew_start). */
 extern atomic_int rdmalloc_crew_wanted;

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * first_use_crew.c - under the fake drop-in (chunks registered when RDMA
+ * first needs them, the default) with RDMALLOC_REG_THREADS=2: the first
+ * registration of a chunk the crew serves (crew.h), by a key lookup
+ * (`keys`) or by the elision of the program's ibv_reg_mr (`elide`), starts
+ * the crew's workers before it registers, so that it is shared out too.
+ * At 626d711 only an allocation's errand after a hook started them: a
+ * program whose chunks all register on first use never had them.
+ * Prints "N passed, M failed".
+ */
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB ((size_t)1 << 20)
+
+int main(int argc, char **argv)
+{
+	const char *how = argc > 1 ? argv[1] : "";
+	unsigned (*threads)(void) = (unsigned (*)(void))dlsym(RTLD_DEFAULT, "rdmalloc_crew_threads");
+	int (*keys_of)(const void *, size_t, struct ibv_pd *, uint32_t *, uint32_t *) =
+		(int (*)(const void *, size_t, struct ibv_pd *, uint32_t *, uint32_t *))dlsym(RTLD_DEFAULT,
+											      "rdma_malloc_keys");
+	if (!threads || !keys_of || (strcmp(how, "keys") && strcmp(how, "elide"))) {
+		puts("usage: first_use_crew keys|elide, under the fake drop-in (librdmalloc-preload-fake.so)");
+		return 2;
+	}
+	int passed = 0, failed = 0;
+	char *volatile p = malloc(64 * MiB); /* a chunk of its own, not registered yet */
+	unsigned t0 = threads();
+	printf("%s before its first use the crew has %u thread(s)\n", p && t0 == 1 ? "ok  " : "FAIL", t0);
+	p && t0 == 1 ? passed++ : failed++;
+	int ok;
+	if (!strcmp(how, "keys")) {
+		uint32_t lkey = 0, rkey = 0;
+		ok = keys_of(p, 64 * MiB, NULL, &lkey, &rkey) == 0;
+	} else {
+		struct ibv_pd *pd = calloc(1, sizeof(*pd)); /* the stand-ins' PD */
+		struct ibv_mr *mr = pd ? ibv_reg_mr(pd, p, 64 * MiB, IBV_ACCESS_LOCAL_WRITE) : NULL;
+		ok = mr != NULL;
+		if (mr)
+			ibv_dereg_mr(mr);
+	}
+	printf("%s its first use (%s) registered it\n", ok ? "ok  " : "FAIL", how);
+	ok ? passed++ : failed++;
+	unsigned t1 = threads();
+	printf("%s it registered with a crew of %u thread(s)\n", t1 >= 2 ? "ok  " : "FAIL", t1);
+	t1 >= 2 ? passed++ : failed++;
+	free(p);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}
