@@ -4,4 +4,11 @@
 #include "je.h"
 #include "jemalloc.h"
 
-const char *je_malloc_conf = RDMALLOC_JE_CONF;
+/* tcache:false: a thread gets its automatic thread cache only once it is
+ * bound to the preload heap's arena (malloc.c), so that it is associated
+ * with that arena alone.  Enabled by jemalloc's default, it was created at
+ * the thread's first jemalloc call (the binding), associated with the
+ * automatic arena, moved to ours, and its stats merged on the way: locks
+ * that threads starting together contended on (bench/alloc leak, 1.05-1.14
+ * of plain jemalloc's CPU before, 0.94-0.97 after; doc/benchmarks.md). */
+const char *je_malloc_conf = RDMALLOC_JE_CONF ",tcache:false";

@@ -146,6 +146,15 @@ static __attribute__((noinline)) int bind_thread(void)
 	unsigned a = rdmalloc_heap_arena_at(pheap, i);
 	if (rdmalloc_heap_bind_thread(a) == 0) {
 		tl_bound = 1;
+		/* The thread's cache, associated with that arena only
+		 * (jemalloc_conf.c); without it, jemalloc serves the thread
+		 * uncached: slower, still the preload heap's memory. */
+		int e = rdmalloc_heap_thread_cache_on();
+		if (e) {
+			STAT_INC(tcache_fallbacks);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot give a thread jemalloc's thread cache (%s); its "
+					  "mallocs go uncached (counted in tcache_fallbacks)", strerror(e));
+		}
 		return 1;
 	}
 	tl_bound = -1;

@@ -53,6 +53,8 @@ void rdmalloc_probe_free(void *p)
  * first allocation, and a lookup by name walks the ctl tree. */
 static size_t bind_mib[2];
 static size_t bind_miblen;
+static size_t cache_mib[3]; /* "thread.tcache.enabled" */
+static size_t cache_miblen;
 
 void rdmalloc_heap_jemalloc_boot(void)
 {
@@ -62,6 +64,9 @@ void rdmalloc_heap_jemalloc_boot(void)
 	size_t len = 2;
 	if (!bind_miblen && je_mallctlnametomib("thread.arena", bind_mib, &len) == 0)
 		__atomic_store_n(&bind_miblen, len, __ATOMIC_RELEASE);
+	len = 3;
+	if (!cache_miblen && je_mallctlnametomib("thread.tcache.enabled", cache_mib, &len) == 0)
+		__atomic_store_n(&cache_miblen, len, __ATOMIC_RELEASE);
 }
 
 int rdmalloc_heap_jemalloc_retains(void)
@@ -77,6 +82,15 @@ int rdmalloc_heap_bind_thread(unsigned arena)
 	if (len)
 		return je_mallctlbymib(bind_mib, len, NULL, NULL, &arena, sizeof(arena));
 	return je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
+}
+
+int rdmalloc_heap_thread_cache_on(void)
+{
+	bool on = true;
+	size_t len = __atomic_load_n(&cache_miblen, __ATOMIC_ACQUIRE);
+	if (len)
+		return je_mallctlbymib(cache_mib, len, NULL, NULL, &on, sizeof(on));
+	return je_mallctl("thread.tcache.enabled", NULL, NULL, &on, sizeof(on));
 }
 
 size_t rdmalloc_heap_tcache_max(void)

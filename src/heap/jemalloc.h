@@ -13,6 +13,10 @@ void rdmalloc_heap_jemalloc_boot(void);
 int rdmalloc_heap_jemalloc_retains(void);
 /* Bind the calling thread to @arena (thread.arena): 0 or errno. */
 int rdmalloc_heap_bind_thread(unsigned arena);
+/* Give the calling thread its automatic thread cache (thread.tcache.enabled),
+ * with the arena it is bound to, where jemalloc's options leave it without
+ * one until then (the drop-in's): 0 or errno. */
+int rdmalloc_heap_thread_cache_on(void);
 /* mallctl of "arena.<@arena>.<@what>": 0 or errno. */
 int rdmalloc_arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen);
 

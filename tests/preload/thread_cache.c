@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * thread_cache.c - under the drop-in, every bound thread has jemalloc's
+ * automatic thread cache: the drop-in's private jemalloc starts threads
+ * without one (preload/jemalloc_conf.c) and gives it when it binds them to
+ * the preload heap's arena (preload/malloc.c).  The cache is a stack: of
+ * two blocks of a size class freed in turn, the next allocation returns
+ * the one freed last, where jemalloc's arena, uncached, returns the one
+ * at the lower address.  The main thread and 4 others free the lower one
+ * first; each must get the higher one back, and none is counted in
+ * tcache_fallbacks.  Run with LD_PRELOAD.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "rdma_malloc.h"
+
+#define THREADS 4
+
+static void *cached(void *arg)
+{
+	(void)arg;
+	char *a = malloc(48), *b = malloc(48);
+	char *lo = (uintptr_t)a < (uintptr_t)b ? a : b, *hi = lo == a ? b : a;
+	free(lo);
+	free(hi);
+	char *c = malloc(48);
+	intptr_t ok = a && b && c == hi;
+	free(c);
+	return (void *)ok;
+}
+
+int main(void)
+{
+	int failed = 0;
+	if (!cached(NULL)) {
+		printf("FAIL the main thread's freed block did not come back from its thread cache\n");
+		failed++;
+	}
+	pthread_t t[THREADS];
+	for (int i = 0; i < THREADS; i++)
+		if (pthread_create(&t[i], NULL, cached, NULL))
+			return 2;
+	for (int i = 0; i < THREADS; i++) {
+		void *ok = NULL;
+		pthread_join(t[i], &ok);
+		if (!ok) {
+			printf("FAIL thread %d's freed block did not come back from its thread cache\n", i);
+			failed++;
+		}
+	}
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	if (rdma_malloc_stats_get(&st) || st.tcache_fallbacks) {
+		printf("FAIL %llu threads uncached (tcache_fallbacks)\n", (unsigned long long)st.tcache_fallbacks);
+		failed++;
+	}
+	printf("%s: %d failed\n", failed ? "FAIL" : "ok", failed);
+	return failed != 0;
+}
