@@ -39,7 +39,6 @@
 #include <string.h>
 
 #include "chunk.h"
-#include "crew.h"
 #include "heap.h"
 #include "init.h"
 #include "lock.h"
@@ -469,7 +468,7 @@ static int settle(struct elided *e, struct rdmalloc_chunk *c, struct ibv_pd *pd,
 	struct ibv_mr mr;
 	int attached = 0;
 	struct ibv_pd *doomed = NULL;
-	rdmalloc_crew_start_before(c->map_size, c->spec->flags); /* outside every lock */
+	rdmalloc_chunk_demand_prepare(c); /* outside every lock */
 	rdmalloc_pd_lock();
 	int err = copy_chunk_mr(c, pd, access, &mr);
 	if (err == ENODEV && !rdmalloc_pd_attached(pd)) { /* first sight of this PD, or detached since */

@@ -5,7 +5,6 @@
 #include <errno.h>
 
 #include "chunk.h"
-#include "crew.h"
 #include "compiler.h"
 #include "init.h"
 #include "pd.h"
@@ -70,7 +69,7 @@ static __attribute__((noinline)) int first_use(const void *ptr, size_t len, stru
 		pd = rdmalloc_pd_default();
 	if (!c || !pd || !rdmalloc_spec_on_demand(c->spec) || !rdmalloc_pd_attached(pd))
 		return ENODEV;
-	rdmalloc_crew_start_before(c->map_size, c->spec->flags); /* outside every lock */
+	rdmalloc_chunk_demand_prepare(c); /* outside every lock */
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunk_demand(c, pd);
 	rdmalloc_pd_unlock();

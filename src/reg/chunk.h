@@ -218,6 +218,10 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
  * lock.
  */
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd);
+/* Before rdmalloc_chunk_demand(@c), holding no lock: the crew's workers
+ * started (crew.h) if @c's first registration is to come and the crew
+ * serves it, so that it is shared out too.  errno is kept. */
+void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c);
 
 /* The destroy hook handed back [addr, addr+size): once a whole chunk has
  * come back, unpublish, deregister and unmap it.  Takes the chunk lock. */

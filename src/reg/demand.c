@@ -58,6 +58,20 @@ static int settle(struct rdmalloc_chunk *c, const struct ibv_pd *pd, int *s)
 	}
 }
 
+void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c)
+{
+	if (!rdmalloc_crew_serves(c->map_size, c->spec->flags))
+		return;
+	rdmalloc_chunk_lock();
+	int first = !c->held;
+	rdmalloc_chunk_unlock();
+	if (first) {
+		int saved = errno;
+		rdmalloc_crew_start();
+		errno = saved;
+	}
+}
+
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 {
 	int s;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdma_malloc.h"
+
 #define MiB ((size_t)1 << 20)
 
 int main(int argc, char **argv)
@@ -25,12 +27,16 @@ int main(int argc, char **argv)
 	int (*keys_of)(const void *, size_t, struct ibv_pd *, uint32_t *, uint32_t *) =
 		(int (*)(const void *, size_t, struct ibv_pd *, uint32_t *, uint32_t *))dlsym(RTLD_DEFAULT,
 											      "rdma_malloc_keys");
-	if (!threads || !keys_of || (strcmp(how, "keys") && strcmp(how, "elide"))) {
+	int (*stats_get)(struct rdma_malloc_stats *) =
+		(int (*)(struct rdma_malloc_stats *))dlsym(RTLD_DEFAULT, "rdma_malloc_stats_get");
+	if (!threads || !keys_of || !stats_get || (strcmp(how, "keys") && strcmp(how, "elide"))) {
 		puts("usage: first_use_crew keys|elide, under the fake drop-in (librdmalloc-preload-fake.so)");
 		return 2;
 	}
 	int passed = 0, failed = 0;
 	char *volatile p = malloc(64 * MiB); /* a chunk of its own, not registered yet */
+	struct rdma_malloc_stats s0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s0) }, s1 = s0;
+	stats_get(&s0);
 	unsigned t0 = threads();
 	printf("%s before its first use the crew has %u thread(s)\n", p && t0 == 1 ? "ok  " : "FAIL", t0);
 	p && t0 == 1 ? passed++ : failed++;
@@ -48,8 +54,12 @@ int main(int argc, char **argv)
 	printf("%s its first use (%s) registered it\n", ok ? "ok  " : "FAIL", how);
 	ok ? passed++ : failed++;
 	unsigned t1 = threads();
-	printf("%s it registered with a crew of %u thread(s)\n", t1 >= 2 ? "ok  " : "FAIL", t1);
-	t1 >= 2 ? passed++ : failed++;
+	stats_get(&s1);
+	unsigned long long populated = (unsigned long long)(s1.populated_chunks - s0.populated_chunks);
+	/* No allocation since: nothing else could have started them. */
+	printf("%s it was populated by the crew (%llu chunk), of %u thread(s)\n",
+	       t1 >= 2 && populated == 1 ? "ok  " : "FAIL", populated, t1);
+	t1 >= 2 && populated == 1 ? passed++ : failed++;
 	free(p);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
