@@ -161,9 +161,11 @@ static size_t release(struct rdmalloc_chunk *list, uint64_t now)
 
 /* A big block's chunk registers (or, kept, registers again for a fork
  * child's PDs) outside every lock fork() takes: that is a section, so that
- * no fork happens in the middle (verbs.h).  A kept chunk that needs no verbs
- * call (every hit but the first after a fork) takes no section: no global
- * lock, no wait for a fork. */
+ * no fork happens in the middle (verbs.h).  A kept chunk is in step with
+ * its heap's PDs and access but while a walk (an attach, a detach, an
+ * access change) is at work on it; a hit on it takes no section, no global
+ * lock and no wait for a fork, and only a chunk out of step takes the PD
+ * lock to wait for the walk (rdmalloc_chunk_resync). */
 void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
 	if (size > SIZE_MAX - PAGE) {

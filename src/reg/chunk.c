@@ -477,16 +477,18 @@ int rdmalloc_chunk_resync(struct rdmalloc_chunk *c)
 	int steady = resynced(c);
 	rdmalloc_chunk_unlock();
 	if (steady)
-		return 0; /* every time but the first after a fork: no section */
-	/* Begun holding nothing (verbs.h), so no fork in the middle. */
-	int cancel;
-	rdmalloc_verbs_section_begin(&cancel);
+		return 0; /* the common case: no lock but the chunk's */
+	/* Under the PD lock, as every walk (attach, detach, access change):
+	 * @c is LIVE on the chunk list, so a walk under way may be replacing
+	 * the very regions this would replace, and each would deregister them.
+	 * fork() takes the lock before it waits for our verbs calls: none
+	 * forks in the middle of this registration either. */
+	rdmalloc_lock(RDMALLOC_LOCK_PD);
 	rdmalloc_chunk_lock();
 	steady = resynced(c);
-	if (!steady)
-		c->busy++; /* no give-back, no release meanwhile */
 	int err = 0;
 	if (!steady) {
+		c->busy++; /* no give-back, no release meanwhile */
 		rdmalloc_chunk_unlock();
 		unsigned used = 0;
 		err = rdmalloc_register_steady(c, &used); /* with the lock on success */
@@ -497,7 +499,7 @@ int rdmalloc_chunk_resync(struct rdmalloc_chunk *c)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 	}
 	rdmalloc_chunk_unlock();
-	rdmalloc_verbs_section_end(cancel);
+	rdmalloc_unlock(RDMALLOC_LOCK_PD);
 	return err;
 }
 

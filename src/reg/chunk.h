@@ -198,8 +198,8 @@ struct rdmalloc_chunk *rdmalloc_chunk_create_big(struct rdmalloc_heap *heap, str
 /* Bring LIVE chunk @c of an eager heap, which the caller owns (a big
  * block kept for reuse), in step with the PD table and its heap's access,
  * as a chunk made now would be (after a fork: the child's PDs): 0, or the
- * errno of a failed registration.  Takes the chunk lock; a section
- * (verbs.h) only when it registers, so call it holding nothing. */
+ * errno of a failed registration.  Takes the chunk lock, and the PD lock
+ * (as the walks do) only when it registers: call it holding neither. */
 int rdmalloc_chunk_resync(struct rdmalloc_chunk *c);
 /* Unpublish, deregister and unmap big chunk @c (its block was freed): given
  * back (chunks_given_back, bytes_given_back, the key generation), 0;

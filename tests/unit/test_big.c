@@ -435,6 +435,7 @@ Test(big, a_section_started_during_a_fork_waits_for_it, .init = setup_no_reserve
  * take no global lock of the fork's. */
 static struct fake_alloc hit;
 static atomic_int hit_parked; /* the hit waited for the fork */
+static atomic_int hit_served; /* it was served while the fork still waited */
 
 static void *kept_block_during_the_wait(void *arg)
 {
@@ -451,6 +452,7 @@ static void *kept_block_during_the_wait(void *arg)
 		}
 		usleep(1000);
 	}
+	atomic_store(&hit_served, __atomic_load_n(&hit.p, __ATOMIC_ACQUIRE) && rdmalloc_verbs_fork_coming());
 	fake_release_reg();
 	return NULL;
 }
@@ -479,9 +481,61 @@ Test(big, a_kept_block_is_served_during_a_fork, .init = setup_no_reserve)
 	void *p = fake_alloc_join(&first), *q = fake_alloc_join(&hit);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child saw a registration under way (%#x)", st);
 	cr_assert(!atomic_load(&hit_parked), "a kept block's hit waited for the fork");
+	cr_assert(atomic_load(&hit_served), "the kept block was not served while the fork waited");
 	cr_assert_eq(q, kept, "the 1 MiB block is the kept one");
 	cr_assert(p);
 	rdma_free(p);
 	rdma_free(q);
 	rdma_free(warm);
+}
+
+/* A kept block's chunk that is out of step with its heap (an access change
+ * under way has moved the heap on) is brought in step by whichever comes
+ * first, the walk or the block's resync, never by both at once: the two
+ * would replace and deregister the same region twice.  The walk is held
+ * inside its registration while the kept block is taken; afterwards every
+ * deregistration must have succeeded and each chunk have one region. */
+static rdma_heap_t *walk_heap;
+
+static void *set_access_thread(void *arg)
+{
+	*(int *)arg = rdma_heap_set_access(walk_heap, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+					    RDMA_HEAP_SET_ACCESS_NEW_KEYS, NULL, NULL); /* registers anew */
+	return NULL;
+}
+
+static void *walk_heap_alloc(void *arg)
+{
+	*(void *volatile *)arg = rdma_heap_malloc(walk_heap, 1 * MiB);
+	return NULL;
+}
+
+Test(big, a_kept_block_and_an_access_change_never_both_register_it, .init = setup_no_reserve)
+{
+	walk_heap = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(walk_heap);
+	void *kept = rdma_heap_malloc(walk_heap, 1 * MiB);
+	cr_assert(kept);
+	rdma_free(kept); /* kept, registered with the old access */
+	size_t mrs = fake_live_mrs();
+	fake_block_next_reg();
+	pthread_t w, a;
+	int werr = -1;
+	void *volatile p = NULL;
+	cr_assert_eq(pthread_create(&w, NULL, set_access_thread, &werr), 0);
+	fake_wait_blocked(); /* the walk is inside a registration */
+	cr_assert_eq(pthread_create(&a, NULL, walk_heap_alloc, (void *)&p), 0);
+	usleep(200 * 1000); /* the kept block is taken meanwhile, or waits for the walk */
+	fake_release_reg();
+	pthread_join(w, NULL);
+	pthread_join(a, NULL);
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	cr_assert_eq(werr, 0, "the access change: %s", strerror(werr));
+	cr_assert_eq(p, kept, "the 1 MiB block is the kept one");
+	cr_assert_eq(st.deregistration_failures, 0, "a region was deregistered twice (%llu failures)",
+		     (unsigned long long)st.deregistration_failures);
+	cr_assert_eq(fake_live_mrs(), mrs, "live regions: %zu, before the access change %zu", fake_live_mrs(), mrs);
+	rdma_free(p);
+	cr_assert_eq(rdma_heap_destroy(walk_heap), 0);
 }
