@@ -9,6 +9,7 @@
  * with that arena alone.  Enabled by jemalloc's default, it was created at
  * the thread's first jemalloc call (the binding), associated with the
  * automatic arena, moved to ours, and its stats merged on the way: locks
- * that threads starting together contended on (bench/alloc leak, 1.05-1.14
- * of plain jemalloc's CPU before, 0.94-0.97 after; doc/benchmarks.md). */
+ * that threads starting together contended on (bench/alloc leak, 1.05-1.10
+ * of plain jemalloc's CPU before, 0.94-1.04 after, in the same runs;
+ * doc/benchmarks.md, "Fifth run"). */
 const char *je_malloc_conf = RDMALLOC_JE_CONF ",tcache:false";
