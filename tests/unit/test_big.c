@@ -327,6 +327,19 @@ static void *release_later(void *arg)
 	return NULL;
 }
 
+/* fork() now: the child's exit status, 0 when nothing was under way in
+ * the backend there, 3 otherwise. */
+static int fork_now(void)
+{
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0)
+		_exit(fake_calls_under_way() == 0 ? 0 : 3);
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
 static void setup_no_reserve(void)
 {
 	setenv("RDMALLOC_RESERVE", "0", 1); /* the registration held up is the block's */
@@ -355,12 +368,7 @@ Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 	cr_assert_eq(fake_calls_under_way(), 1);
 	cr_assert_eq(fake_reg_calls(), calls, "the block's registration is the one held up");
 	cr_assert_eq(pthread_create(&r, NULL, release_later, NULL), 0);
-	pid_t pid = fork();
-	cr_assert_neq(pid, -1);
-	if (pid == 0)
-		_exit(fake_calls_under_way() == 0 ? 0 : 3);
-	int st = 0;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	int st = fork_now();
 	pthread_join(r, NULL);
 	fake_alloc_join(&b);
 	fake_reenter_jemalloc(0);
@@ -471,12 +479,7 @@ Test(big, a_kept_block_is_served_during_a_fork, .init = setup_no_reserve)
 	fake_wait_blocked();
 	pthread_t h;
 	cr_assert_eq(pthread_create(&h, NULL, kept_block_during_the_wait, NULL), 0);
-	pid_t pid = fork();
-	cr_assert_neq(pid, -1);
-	if (pid == 0)
-		_exit(fake_calls_under_way() == 0 ? 0 : 3);
-	int st = 0;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	int st = fork_now();
 	pthread_join(h, NULL);
 	void *p = fake_alloc_join(&first), *q = fake_alloc_join(&hit);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child saw a registration under way (%#x)", st);
