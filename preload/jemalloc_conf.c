@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* jemalloc_conf.c - compiled-in options of the drop-in's private jemalloc
  * (src/heap/jemalloc_conf.c says why the API library's differ). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "je.h"
 #include "jemalloc.h"
+#include "preload.h"
 
 /* tcache:false: a thread gets its automatic thread cache only once it is
  * bound to the preload heap's arena (malloc.c), so that it is associated
@@ -13,3 +17,16 @@
  * of plain jemalloc's CPU before, 0.94-1.04 after, in the same runs;
  * doc/benchmarks.md, "Fifth run"). */
 const char *je_malloc_conf = RDMALLOC_JE_CONF ",tcache:false";
+
+/* Whether the program's MALLOC_CONF leaves threads their cache: jemalloc
+ * reads it after the options above, so its last "tcache:" is jemalloc's;
+ * the drop-in honours "tcache:false" by not giving the cache at binding. */
+int rdmalloc_preload_thread_cache_wanted(void)
+{
+	const char *conf = getenv("MALLOC_CONF");
+	int want = 1;
+	for (const char *o = conf; o && *o; o = strchr(o, ',') ? strchr(o, ',') + 1 : NULL)
+		if (!strncmp(o, "tcache:", 7))
+			want = strncmp(o + 7, "false", 5) != 0 || (o[12] != ',' && o[12] != '\0');
+	return want;
+}

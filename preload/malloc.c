@@ -75,6 +75,7 @@ static inline int preload_memory(const void *p)
  * which no granule's is then.
  */
 static int check_free;
+static int thread_cache = 1; /* not with MALLOC_CONF=tcache:false */
 union tl_word {
 	struct rdmalloc_tl_state st;
 	uint64_t word;
@@ -92,6 +93,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	rdmalloc_addrmap_auto_give(auto_map);
 	rdmalloc_init_core();
 	check_free = rdmalloc_opts.check_free;
+	thread_cache = rdmalloc_preload_thread_cache_wanted();
 	if (check_free) /* before any thread is bound (ready) */
 		fast_word.st.bound = INT_MIN; /* no thread's */
 	/* RDMA (libibverbs, the default PD) on first need (init.h), unless
@@ -147,9 +149,10 @@ static __attribute__((noinline)) int bind_thread(void)
 	if (rdmalloc_heap_bind_thread(a) == 0) {
 		tl_bound = 1;
 		/* The thread's cache, associated with that arena only
-		 * (jemalloc_conf.c); without it, jemalloc serves the thread
-		 * uncached: slower, still the preload heap's memory. */
-		int e = rdmalloc_heap_thread_cache_on();
+		 * (jemalloc_conf.c).  If the mallctl fails, jemalloc serves
+		 * the thread uncached: slower, still the preload heap's memory.
+		 * (jemalloc 5.3 reports no failure to make the cache itself.) */
+		int e = thread_cache ? rdmalloc_heap_thread_cache_on() : 0;
 		if (e) {
 			STAT_INC(tcache_fallbacks);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot give a thread jemalloc's thread cache (%s); its "

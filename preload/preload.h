@@ -21,6 +21,8 @@ struct ibv_mr;
 
 /* The heap every plain malloc comes from, or NULL before it exists. */
 struct rdmalloc_heap *rdmalloc_preload_heap(void);
+/* Whether bound threads get jemalloc's thread cache (jemalloc_conf.c). */
+int rdmalloc_preload_thread_cache_wanted(void);
 
 /* They never throw: told so, a noexcept operator delete can end in a tail
  * call to them (else GCC keeps a frame to call std::terminate from). */

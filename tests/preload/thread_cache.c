@@ -8,16 +8,21 @@
  * the one freed last, where jemalloc's arena, uncached, returns the one
  * at the lower address.  The main thread and 4 others free the lower one
  * first; each must get the higher one back, and none is counted in
- * tcache_fallbacks.  Run with LD_PRELOAD.
+ * tcache_fallbacks.  With `off` (and MALLOC_CONF=tcache:false, which the
+ * drop-in honours) each must get the lower one: no cache.
+ * Run with LD_PRELOAD.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rdma_malloc.h"
 
 #define THREADS 4
+
+static int off; /* MALLOC_CONF=tcache:false: no thread has a cache */
 
 static void *cached(void *arg)
 {
@@ -27,16 +32,17 @@ static void *cached(void *arg)
 	free(lo);
 	free(hi);
 	char *c = malloc(48);
-	intptr_t ok = a && b && c == hi;
+	intptr_t ok = a && b && c == (off ? lo : hi);
 	free(c);
 	return (void *)ok;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	off = argc > 1 && !strcmp(argv[1], "off");
 	int failed = 0;
 	if (!cached(NULL)) {
-		printf("FAIL the main thread's freed block did not come back from its thread cache\n");
+		printf("FAIL the main thread's freed block: %s\n", off ? "a cache despite tcache:false" : "not from its thread cache");
 		failed++;
 	}
 	pthread_t t[THREADS];
@@ -47,13 +53,15 @@ int main(void)
 		void *ok = NULL;
 		pthread_join(t[i], &ok);
 		if (!ok) {
-			printf("FAIL thread %d's freed block did not come back from its thread cache\n", i);
+			printf("FAIL thread %d's freed block: %s\n", i, off ? "a cache despite tcache:false" : "not from its thread cache");
 			failed++;
 		}
 	}
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
-	if (rdma_malloc_stats_get(&st) || st.tcache_fallbacks) {
-		printf("FAIL %llu threads uncached (tcache_fallbacks)\n", (unsigned long long)st.tcache_fallbacks);
+	/* fallbacks: no thread left unbound (the nest's free lists are stacks too) */
+	if (rdma_malloc_stats_get(&st) || st.tcache_fallbacks || st.fallbacks) {
+		printf("FAIL %llu threads uncached (tcache_fallbacks), %llu fallbacks\n",
+		       (unsigned long long)st.tcache_fallbacks, (unsigned long long)st.fallbacks);
 		failed++;
 	}
 	printf("%s: %d failed\n", failed ? "FAIL" : "ok", failed);
