@@ -7,8 +7,9 @@
  * malloc with its automatic thread cache.  What cannot come from a preload
  * chunk comes from nest.c's allocator, never from jemalloc's own arenas:
  *  - before the library is ready (the dynamic loader, libc start-up, other
- *    constructors, our own initialisation), and for a thread that cannot be
- *    bound;
+ *    constructors, our own initialisation), for a thread that cannot be
+ *    bound, and for one that ends, once jemalloc has cleaned its state up
+ *    (its later key destructors: RDMALLOC_TL_ENDED);
  *  - inside one of rdmalloc's verbs calls (libibverbs allocates in
  *    ibv_reg_mr), hooks included: such a thread may hold a lock of
  *    libibverbs or a provider, or jemalloc's growth lock, that another
@@ -146,7 +147,13 @@ static __attribute__((noinline)) int bind_thread(void)
 		return tl_bound > 0;
 	unsigned i = atomic_fetch_add_explicit(&next_arena, 1, memory_order_relaxed) % pnarenas;
 	unsigned a = rdmalloc_heap_arena_at(pheap, i);
-	if (rdmalloc_heap_bind_thread(a) == 0) {
+	tl_bound = -1; /* meanwhile (pthread_setspecific may calloc): the nest's */
+	int err = rdmalloc_heap_bind_thread(a);
+	if (err == ESRCH) { /* an ending thread's late destructor: the nest's */
+		tl_bound = RDMALLOC_TL_ENDED;
+		return 0;
+	}
+	if (err == 0) {
 		tl_bound = 1;
 		/* The thread's cache, associated with that arena only
 		 * (jemalloc_conf.c).  If the mallctl fails, jemalloc serves

@@ -4,10 +4,15 @@
  * tests read.  Heaps and their arenas are heap.c's. */
 #include "jemalloc.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "counters.h"
 #include "je.h"
+#include "log.h"
+#include "tls.h"
 
 int rdmalloc_arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen)
 {
@@ -56,8 +61,35 @@ static size_t bind_miblen;
 static size_t cache_mib[3]; /* "thread.tcache.enabled" */
 static size_t cache_miblen;
 
+/*
+ * jemalloc cleans a thread's state up in a pthread key destructor, and an
+ * allocation from a destructor that runs later finds it "reincarnated":
+ * served from arena 0 whatever arena the thread was bound to (jemalloc's
+ * tsd.c).  Under the drop-in that is memory of no preload chunk, which
+ * free() would reject.  So a key of ours, created just before jemalloc's
+ * (destructors run in the order of their keys, in each round), marks a
+ * bound thread ended before jemalloc's destructor runs; and a thread that
+ * would bind after it (its first allocation in a late destructor) is told
+ * by jemalloc's own choice of arena for it.
+ */
+static pthread_key_t ending_key;
+static int ending_key_ok;
+
+static void thread_ends(void *unused)
+{
+	(void)unused;
+	rdmalloc_tl.bound = RDMALLOC_TL_ENDED;
+}
+
+static void make_ending_key(void)
+{
+	ending_key_ok = pthread_key_create(&ending_key, thread_ends) == 0;
+}
+
 void rdmalloc_heap_jemalloc_boot(void)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, make_ending_key); /* before jemalloc's key */
 	size_t sz = sizeof(unsigned);
 	unsigned narenas;
 	je_mallctl("arenas.narenas", &narenas, &sz, NULL, 0); /* initialises jemalloc */
@@ -79,9 +111,24 @@ int rdmalloc_heap_jemalloc_retains(void)
 int rdmalloc_heap_bind_thread(unsigned arena)
 {
 	size_t len = __atomic_load_n(&bind_miblen, __ATOMIC_ACQUIRE);
-	if (len)
-		return je_mallctlbymib(bind_mib, len, NULL, NULL, &arena, sizeof(arena));
-	return je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
+	unsigned now = 0;
+	size_t sz = sizeof(now);
+	int e = len ? je_mallctlbymib(bind_mib, len, NULL, NULL, &arena, sizeof(arena))
+		    : je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
+	if (!e)
+		e = len ? je_mallctlbymib(bind_mib, len, &now, &sz, NULL, 0)
+			: je_mallctl("thread.arena", &now, &sz, NULL, 0);
+	if (e)
+		return e;
+	if (now != arena)
+		return ESRCH; /* jemalloc's state of the thread is cleaned up */
+	if (!ending_key_ok || pthread_setspecific(ending_key, &ending_key)) {
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no pthread key for the end of threads: an allocation in a "
+				  "thread's late key destructor may get memory that free() rejects (counted in "
+				  "fallbacks)");
+	}
+	return 0;
 }
 
 int rdmalloc_heap_thread_cache_on(void)

@@ -11,7 +11,11 @@
 void rdmalloc_heap_jemalloc_boot(void);
 /* Whether jemalloc keeps unused address space (opt.retain). */
 int rdmalloc_heap_jemalloc_retains(void);
-/* Bind the calling thread to @arena (thread.arena): 0 or errno. */
+/* Bind the calling thread to @arena (thread.arena): 0, ESRCH when
+ * jemalloc has cleaned the thread's state up (it ends, and jemalloc would
+ * serve it from arena 0 however bound: RDMALLOC_TL_ENDED), or errno.  A
+ * bound thread's bound word becomes RDMALLOC_TL_ENDED before jemalloc's
+ * state of it is cleaned up. */
 int rdmalloc_heap_bind_thread(unsigned arena);
 /* Give the calling thread its automatic thread cache (thread.tcache.enabled),
  * with the arena it is bound to, where jemalloc's options leave it without

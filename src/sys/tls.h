@@ -19,7 +19,7 @@
  */
 struct rdmalloc_tl_state {
 	int bound;    /* the drop-in's: 1 bound to a preload arena, -1 binding failed,
-			 RDMALLOC_TL_ERRAND bound with an errand */
+			 RDMALLOC_TL_ERRAND bound with an errand, RDMALLOC_TL_ENDED */
 	int in_verbs; /* rdmalloc_tl_in_verbs; + RDMALLOC_TL_IN_HOOK per running hook */
 };
 extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
@@ -34,6 +34,11 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
  * outside every lock (the reserve's thread to start, which a hook must not
  * do: reg/reserve.h).  The drop-in's fast path fails on it once. */
 #define RDMALLOC_TL_ERRAND 2
+/* bound: jemalloc has cleaned this thread's state up (it ends: a pthread
+ * key destructor runs), and would serve its allocations from arena 0 now,
+ * whatever arena it was bound to (heap/jemalloc.c).  The drop-in's nest
+ * serves them. */
+#define RDMALLOC_TL_ENDED (-2)
 /* Set when a chunk was refused on this thread for want of memory (the
  * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
  * may give memory back and try again (heap.c, rdmalloc_heaps_relieve). */

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * thread_end.c - under the drop-in, allocations in a thread's pthread key
+ * destructors that run after jemalloc's (any key the program creates: its
+ * index comes after jemalloc's) are memory that free() and realloc() take.
+ * jemalloc cleans a thread's state up in its own key destructor; an
+ * allocation after it finds the state "reincarnated" and is served from
+ * jemalloc's arena 0, whatever arena the thread was bound to.  At dbf609a
+ * such a block was no preload chunk's, and realloc() of it aborted ("not
+ * memory from this allocator").
+ *   bound      threads that allocated before they end
+ *   free-only  threads whose first allocation is in the destructor (they
+ *              only freed before, so jemalloc has state to clean up)
+ * Prints "ok"/"FAIL" lines; run with LD_PRELOAD.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_key_t key;
+static void *given; /* a block of the main thread's, freed by a free-only thread */
+
+static void destructor(void *v)
+{
+	char *p = malloc(100);
+	if (!p)
+		abort();
+	memset(p, 0xa5, 100);
+	char *q = realloc(p, 5000); /* moves it: both blocks must be ours */
+	if (!q || q[99] != (char)0xa5)
+		abort();
+	free(q);
+	free(calloc(3, 1000));
+	if (v != &key) { /* the thread's block from before it ended: moved, then freed */
+		char *w = realloc(v, 300);
+		if (!w || w[9] != 0x5a)
+			abort();
+		free(w);
+	}
+}
+
+static void *bound(void *arg)
+{
+	(void)arg;
+	char *p = malloc(10);
+	if (!p)
+		abort();
+	memset(p, 0x5a, 10);
+	pthread_setspecific(key, p);
+	return NULL;
+}
+
+static void *free_only(void *arg)
+{
+	(void)arg;
+	free(given);
+	pthread_setspecific(key, &key);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *how = argc > 1 ? argv[1] : "bound";
+	free(malloc(1)); /* the drop-in is ready; the key comes after jemalloc's */
+	if (pthread_key_create(&key, destructor))
+		return 2;
+	for (int i = 0; i < 8; i++) {
+		pthread_t t;
+		given = malloc(64);
+		if (pthread_create(&t, NULL, strcmp(how, "free-only") ? bound : free_only, NULL))
+			return 2;
+		pthread_join(t, NULL);
+	}
+	printf("ok   8 %s threads allocated, reallocated and freed in a key destructor\n", how);
+	return 0;
+}
