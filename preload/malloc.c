@@ -162,6 +162,7 @@ static __attribute__((noinline)) int bind_thread(void)
 		int e = thread_cache ? rdmalloc_heap_thread_cache_on() : 0;
 		if (e) {
 			STAT_INC(tcache_fallbacks);
+			STAT_INC(fallbacks);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot give a thread jemalloc's thread cache (%s); its "
 					  "mallocs go uncached (counted in tcache_fallbacks)", strerror(e));
 		}
