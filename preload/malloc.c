@@ -370,6 +370,8 @@ static size_t usable(void *p)
 /* realloc() inside one of our verbs calls, or of a block of the nest: a new
  * block (from the nest inside a verbs call, else as malloc), the bytes, the
  * old freed. */
+/* Into a new block (the nest's inside a verbs call, or for an ended thread:
+ * malloc sends it there), then free @p. */
 static __attribute__((noinline)) void *realloc_moving(void *p, size_t size)
 {
 	void *q = rdmalloc_tl_in_verbs ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);
@@ -409,6 +411,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return rdmalloc_api_realloc(c->heap, p, c, size); /* an rdma_* heap: stay in it */
 	if (check_free)
 		rdmalloc_freed_check(p, "realloc"); /* a moved block gets p's first bytes, not a key */
+	if (tl_bound == RDMALLOC_TL_ENDED) /* jemalloc would make any new block in arena 0 now */
+		return realloc_moving(p, size);
 	void *q;
 	int tries = 2, relieved = 0;
 	int bound = bound_here(), unbound_flags = RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE;

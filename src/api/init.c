@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* init.c - one-time initialisation: the allocator's core, then RDMA on first need (init.h). */
 #include "init.h"
+#include "jemalloc.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ static const char *env(const char *name)
 static void init_core(void)
 {
 	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
+	rdmalloc_heap_jemalloc_boot(); /* the first call into jemalloc: jemalloc.h */
 	rdmalloc_options_parse(&rdmalloc_opts, env);
 	rdmalloc_options_warn_unknown(environ);
 	rdmalloc_big_init();

@@ -86,6 +86,13 @@ static void make_ending_key(void)
 	ending_key_ok = pthread_key_create(&ending_key, thread_ends) == 0;
 }
 
+extern pthread_key_t je_tsd_tsd; /* jemalloc's own key (its tsd_tls.h) */
+
+int rdmalloc_heap_ending_key_first(void)
+{
+	return ending_key_ok && ending_key < je_tsd_tsd;
+}
+
 void rdmalloc_heap_jemalloc_boot(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -121,7 +128,7 @@ int rdmalloc_heap_bind_thread(unsigned arena)
 	if (e)
 		return e;
 	if (now != arena)
-		return ESRCH; /* jemalloc's state of the thread is cleaned up */
+		return ESRCH; /* re-entered: its state is cleaned up, or jemalloc makes it */
 	if (!ending_key_ok || pthread_setspecific(ending_key, &ending_key)) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no pthread key for the end of threads: an allocation in a "

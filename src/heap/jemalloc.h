@@ -7,15 +7,18 @@
 
 #include "compiler.h"
 
-/* Initialise the private jemalloc now (its fork handlers come in then). */
+/* Initialise the private jemalloc now (its fork handlers come in then).
+ * It must be the first call into jemalloc: it creates, before jemalloc's,
+ * the pthread key that marks a thread ended (rdmalloc_heap_bind_thread). */
 void rdmalloc_heap_jemalloc_boot(void);
 /* Whether jemalloc keeps unused address space (opt.retain). */
 int rdmalloc_heap_jemalloc_retains(void);
 /* Bind the calling thread to @arena (thread.arena): 0, ESRCH when
- * jemalloc has cleaned the thread's state up (it ends, and jemalloc would
- * serve it from arena 0 however bound: RDMALLOC_TL_ENDED), or errno.  A
- * bound thread's bound word becomes RDMALLOC_TL_ENDED before jemalloc's
- * state of it is cleaned up. */
+ * jemalloc re-enters itself on this thread and so serves it from arena 0
+ * however bound (its state is cleaned up: the thread ends; or jemalloc
+ * itself is creating it: RDMALLOC_TL_ENDED either way), or errno.  A bound
+ * thread's bound word becomes RDMALLOC_TL_ENDED before jemalloc's state
+ * of it is cleaned up. */
 int rdmalloc_heap_bind_thread(unsigned arena);
 /* Give the calling thread its automatic thread cache (thread.tcache.enabled),
  * with the arena it is bound to, where jemalloc's options leave it without
@@ -24,6 +27,9 @@ int rdmalloc_heap_thread_cache_on(void);
 /* mallctl of "arena.<@arena>.<@what>": 0 or errno. */
 int rdmalloc_arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen);
 
+/* For the tests: whether the key that marks a thread ended runs its
+ * destructor before jemalloc's (a lower index: glibc runs them in order). */
+RDMALLOC_TESTABLE int rdmalloc_heap_ending_key_first(void);
 /* For the tests: the largest block jemalloc's thread caches keep. */
 RDMALLOC_TESTABLE size_t rdmalloc_heap_tcache_max(void);
 /* For the tests: the hooks installed on any arena. */

@@ -11,8 +11,13 @@
  *   bound      threads that allocated before they end
  *   free-only  threads whose first allocation is in the destructor (they
  *              only freed before, so jemalloc has state to clean up)
+ *   order      (under the fake drop-in, which exports it) the key that
+ *              marks a thread ended comes before jemalloc's, whatever ran
+ *              first at start-up (at 3e40003 the drop-in's constructor
+ *              started jemalloc before the key was made)
  * Prints "ok"/"FAIL" lines; run with LD_PRELOAD.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +67,13 @@ static void *free_only(void *arg)
 int main(int argc, char **argv)
 {
 	const char *how = argc > 1 ? argv[1] : "bound";
+	if (!strcmp(how, "order")) {
+		int (*first)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "rdmalloc_heap_ending_key_first");
+		int ok = first && first();
+		printf("%s the drop-in's end-of-thread key %s jemalloc's\n", ok ? "ok  " : "FAIL",
+		       !first ? "(no getter: run under the fake drop-in) vs" : ok ? "comes before" : "comes after");
+		return !ok;
+	}
 	free(malloc(1)); /* the drop-in is ready; the key comes after jemalloc's */
 	if (pthread_key_create(&key, destructor))
 		return 2;
