@@ -367,11 +367,10 @@ static size_t usable(void *p)
 	return c->big ? rdmalloc_big_usable(c) : rdmalloc_auto_usable_size(p);
 }
 
-/* realloc() inside one of our verbs calls, or of a block of the nest: a new
- * block (from the nest inside a verbs call, else as malloc), the bytes, the
+/* realloc() inside one of our verbs calls, of a block of the nest, or on an
+ * ended thread: a new block (from the nest inside a verbs call, else as
+ * malloc, which serves an ended thread from the nest too), the bytes, the
  * old freed. */
-/* Into a new block (the nest's inside a verbs call, or for an ended thread:
- * malloc sends it there), then free @p. */
 static __attribute__((noinline)) void *realloc_moving(void *p, size_t size)
 {
 	void *q = rdmalloc_tl_in_verbs ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);

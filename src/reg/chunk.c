@@ -32,7 +32,6 @@
 #include "os.h"
 #include "region.h"
 #include "reserve.h"
-#include "verbs.h"
 
 /* Deregister @c from every PD, then unmap its @len bytes at @p (NULL: not
  * mapped) -- unless a region of it stays registered, now or from an
