@@ -70,6 +70,9 @@ struct ibv_mw;
  * memory (or its registration) cannot be had, EINVAL for an alignment that is
  * not a power of two (or, for rdma_posix_memalign, not a multiple of
  * sizeof(void *)).  A size of 0 returns a unique pointer that may be freed.
+ * An allocation from a pthread key destructor that runs after the library's
+ * allocator has cleaned its thread up is a chunk of its own (a page at
+ * least; ENOMEM from an ODP heap), counted in fallbacks.
  * The default heap's access flags come from RDMALLOC_ACCESS (default
  * LOCAL_WRITE,REMOTE_READ,REMOTE_WRITE,REMOTE_ATOMIC: buffers meant for RDMA).
  * ------------------------------------------------------------------------ */

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* alloc.c - the allocation functions of rdma_malloc.h. */
 #include <errno.h>
-#include "calls.h"
 #include <string.h>
 
 #include "alloc.h"
 #include "big.h"
+#include "calls.h"
 #include "chunk.h"
 #include "crew.h"
 #include "heap.h"
@@ -14,6 +14,8 @@
 #include "log.h"
 #include "addrmap.h"
 #include "reserve.h"
+#include "tls.h"
+#include "counters.h"
 
 /* A growth asked for the reserve's registration thread, or the crew for
  * its workers: started here, outside every lock (reserve.h, crew.h). */
@@ -35,12 +37,36 @@ static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 	return c;
 }
 
+/* alloc() on a thread that jemalloc has cleaned up (a late pthread key
+ * destructor: tls.h), which jemalloc would serve from its arena 0, memory
+ * of no chunk: a big block instead, a chunk of its own however small the
+ * size.  A heap without big blocks (ODP) answers ENOMEM. */
+static __attribute__((noinline, cold)) void *alloc_ended(struct rdmalloc_heap *h, size_t size, size_t align,
+							int zero)
+{
+	STAT_INC(fallbacks);
+	if (!rdmalloc_heap_has_big(h)) {
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation of an ODP heap after jemalloc cleaned its thread "
+				  "up (a late key destructor) fails with ENOMEM (counted in fallbacks)");
+		errno = ENOMEM;
+		return NULL;
+	}
+	rdmalloc_log_once(RDMALLOC_LOG_INFO, "an allocation after jemalloc cleaned its thread up (a late key "
+			  "destructor) is a big block, a chunk of its own (counted in fallbacks)");
+	int saved = errno;
+	void *p = rdmalloc_big_alloc(h, size, align, zero);
+	errno = p ? saved : ENOMEM;
+	return p;
+}
+
 /* @size bytes of @h aligned to @align (0: none), zeroed with @zero: a big
  * block (big.h) or jemalloc's.  errno is ENOMEM on failure and untouched
  * on success, although a hook may have failed (and set errno) before
  * jemalloc retried with a smaller chunk. */
 static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
+	if (unlikely(rdmalloc_tl_ended))
+		return alloc_ended(h, size, align, zero);
 	int saved = errno;
 	/* Its chunk shared out, the first time too (an ODP heap's never is). */
 	rdmalloc_crew_start_before(size, rdmalloc_heap_spec(h)->flags);
@@ -117,9 +143,10 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 
 void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_chunk *c, size_t size)
 {
-	if (c->heap != to ||
+	if (c->heap != to || (!c->big && unlikely(rdmalloc_tl_ended)) ||
 	    (!c->big && rdmalloc_big_wanted(to, size, 0) && rdmalloc_big_admit(rdmalloc_heap_big(to)))) {
-		/* Into another heap, or a jemalloc block grown big: copy, then
+		/* Into another heap, a jemalloc block grown big, or one of a
+		 * thread jemalloc has cleaned up (alloc_ended): copy, then
 		 * free the old one. */
 		void *q = alloc(to, size, 0, 0);
 		if (!q)

@@ -42,6 +42,7 @@
 #include "chunkset.h"
 #include "fault.h"
 #include "hooks.h"
+#include "jemalloc.h"
 #include "lock.h"
 #include "log.h"
 #include "options.h"
@@ -258,6 +259,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	unsigned tc = 0;
 	size_t sz = sizeof(tc);
 	int flag = MALLOCX_TCACHE_NONE;
+	rdmalloc_heap_watch_thread(); /* its first use of a heap: before jemalloc may clean it up */
 	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	if (je_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
 		if (tc < TC_MAX) {

@@ -65,12 +65,13 @@ static size_t cache_miblen;
  * jemalloc cleans a thread's state up in a pthread key destructor, and an
  * allocation from a destructor that runs later finds it "reincarnated":
  * served from arena 0 whatever arena the thread was bound to (jemalloc's
- * tsd.c).  Under the drop-in that is memory of no preload chunk, which
- * free() would reject.  So a key of ours, created just before jemalloc's
+ * tsd.c).  That is memory of no chunk, which free() and rdma_free()
+ * would reject.  So a key of ours, created just before jemalloc's
  * (destructors run in the order of their keys, in each round), marks a
- * bound thread ended before jemalloc's destructor runs; and a thread that
- * would bind after it (its first allocation in a late destructor) is told
- * by jemalloc's own choice of arena for it.
+ * thread ended before jemalloc's destructor runs: one the drop-in bound,
+ * or one that used an rdma_* heap (rdmalloc_heap_watch_thread); and a
+ * thread the drop-in would bind after it (its first allocation in a late
+ * destructor) is told by jemalloc's own choice of arena for it.
  */
 static pthread_key_t ending_key;
 static int ending_key_ok;
@@ -115,36 +116,46 @@ int rdmalloc_heap_jemalloc_retains(void)
 	return je_mallctl("opt.retain", &retain, &sz, NULL, 0) != 0 || retain;
 }
 
+/* mallctl of @name, by its MIB when @miblen says it was looked up. */
+static int ctl(const size_t *mib, size_t miblen, const char *name, void *oldp, size_t *oldlenp, void *newp,
+	       size_t newlen)
+{
+	return miblen ? je_mallctlbymib(mib, miblen, oldp, oldlenp, newp, newlen)
+		      : je_mallctl(name, oldp, oldlenp, newp, newlen);
+}
+
+void rdmalloc_heap_watch_thread(void)
+{
+	if (ending_key_ok && pthread_getspecific(ending_key))
+		return;
+	if (!ending_key_ok || pthread_setspecific(ending_key, &ending_key)) {
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no pthread key for the end of threads: an allocation in a "
+				  "thread's late key destructor may get memory of no chunk (counted in fallbacks)");
+	}
+}
+
 int rdmalloc_heap_bind_thread(unsigned arena)
 {
 	size_t len = __atomic_load_n(&bind_miblen, __ATOMIC_ACQUIRE);
 	unsigned now = 0;
 	size_t sz = sizeof(now);
-	int e = len ? je_mallctlbymib(bind_mib, len, NULL, NULL, &arena, sizeof(arena))
-		    : je_mallctl("thread.arena", NULL, NULL, &arena, sizeof(arena));
+	int e = ctl(bind_mib, len, "thread.arena", NULL, NULL, &arena, sizeof(arena));
 	if (!e)
-		e = len ? je_mallctlbymib(bind_mib, len, &now, &sz, NULL, 0)
-			: je_mallctl("thread.arena", &now, &sz, NULL, 0);
+		e = ctl(bind_mib, len, "thread.arena", &now, &sz, NULL, 0);
 	if (e)
 		return e;
 	if (now != arena)
 		return ESRCH; /* re-entered: its state is cleaned up, or jemalloc makes it */
-	if (!ending_key_ok || pthread_setspecific(ending_key, &ending_key)) {
-		STAT_INC(fallbacks);
-		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no pthread key for the end of threads: an allocation in a "
-				  "thread's late key destructor may get memory that free() rejects (counted in "
-				  "fallbacks)");
-	}
+	rdmalloc_heap_watch_thread();
 	return 0;
 }
 
 int rdmalloc_heap_thread_cache_on(void)
 {
 	bool on = true;
-	size_t len = __atomic_load_n(&cache_miblen, __ATOMIC_ACQUIRE);
-	if (len)
-		return je_mallctlbymib(cache_mib, len, NULL, NULL, &on, sizeof(on));
-	return je_mallctl("thread.tcache.enabled", NULL, NULL, &on, sizeof(on));
+	return ctl(cache_mib, __atomic_load_n(&cache_miblen, __ATOMIC_ACQUIRE), "thread.tcache.enabled", NULL, NULL,
+		   &on, sizeof(on));
 }
 
 size_t rdmalloc_heap_tcache_max(void)

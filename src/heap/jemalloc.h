@@ -16,10 +16,14 @@ int rdmalloc_heap_jemalloc_retains(void);
 /* Bind the calling thread to @arena (thread.arena): 0, ESRCH when
  * jemalloc re-enters itself on this thread and so serves it from arena 0
  * however bound (its state is cleaned up: the thread ends; or jemalloc
- * itself is creating it: RDMALLOC_TL_ENDED either way), or errno.  A bound
- * thread's bound word becomes RDMALLOC_TL_ENDED before jemalloc's state
- * of it is cleaned up. */
+ * itself is creating it: RDMALLOC_TL_ENDED either way), or errno.  The
+ * thread is watched (rdmalloc_heap_watch_thread) once bound. */
 int rdmalloc_heap_bind_thread(unsigned arena);
+/* Watch the calling thread: its bound word (tls.h) becomes
+ * RDMALLOC_TL_ENDED before jemalloc's state of it is cleaned up, when it
+ * ends.  Every thread that allocates from a heap of ours is watched before
+ * its first allocation; without a pthread key, counted in fallbacks. */
+void rdmalloc_heap_watch_thread(void);
 /* Give the calling thread its automatic thread cache (thread.tcache.enabled),
  * with the arena it is bound to, where jemalloc's options leave it without
  * one until then (the drop-in's): 0 or errno. */

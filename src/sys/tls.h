@@ -37,8 +37,10 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 /* bound: jemalloc has cleaned this thread's state up (it ends: a pthread
  * key destructor runs), and would serve its allocations from arena 0 now,
  * whatever arena it was bound to (heap/jemalloc.c).  The drop-in's nest
- * serves them. */
+ * serves its mallocs, and big blocks its rdma_* allocations (api/alloc.c).
+ * Any thread that used a heap of ours, bound or not. */
 #define RDMALLOC_TL_ENDED (-2)
+#define rdmalloc_tl_ended (rdmalloc_tl.bound == RDMALLOC_TL_ENDED)
 /* Set when a chunk was refused on this thread for want of memory (the
  * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
  * may give memory back and try again (heap.c, rdmalloc_heaps_relieve). */

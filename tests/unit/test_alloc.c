@@ -2,6 +2,7 @@
 /* test_alloc.c - the C semantics of the allocation functions. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "fake_verbs.h"
 #include "heap.h"
+#include "jemalloc.h"
 #include "rdma_malloc.h"
 
 /* Sizes the compiler must not see as constants (it rejects them). */
@@ -252,4 +254,78 @@ Test(alloc, freed_block_handed_out_again_frees_again)
 Test(alloc, thread_caches_keep_blocks_up_to_1_mib)
 {
 	cr_assert_eq(rdmalloc_heap_tcache_max(), (size_t)1 << 20);
+}
+
+/*
+ * A pthread key destructor that runs after jemalloc's has cleaned the
+ * thread up (a key made later: destructors run in the order of their
+ * keys).  jemalloc would serve that thread from its arena 0, whatever
+ * arena rdma_malloc names: memory of no chunk, without keys, which
+ * rdma_free rejects.  Each allocation is checked as memory of a chunk
+ * (usable size) with keys, and its bytes kept, before it is freed.
+ */
+struct late {
+	unsigned char *early; /* rdma_malloc'ed while the thread lived */
+	int failed;           /* the first step that failed (0: none) */
+};
+
+static int registered(const void *p, size_t len)
+{
+	uint32_t l;
+	return p && rdma_malloc_usable_size(p) >= len && rdma_malloc_keys(p, len, NULL, &l, NULL) == 0;
+}
+
+static void late_destructor(void *arg)
+{
+	struct late *r = arg;
+	unsigned char *p = rdma_malloc(100);
+	if (!registered(p, 100)) {
+		r->failed = 1;
+		return;
+	}
+	memset(p, 0x5a, 100);
+	unsigned char *q = rdma_realloc(p, 3000);
+	if (!registered(q, 3000) || q[99] != 0x5a) {
+		r->failed = 2;
+		return;
+	}
+	unsigned char *e = rdma_realloc(r->early, 200);
+	if (!registered(e, 200) || e[63] != 0xa5) {
+		r->failed = 3;
+		return;
+	}
+	unsigned char *z = rdma_calloc(10, 10), *a = rdma_aligned_alloc(4096, 64);
+	if (!registered(z, 100) || z[99] || !registered(a, 64) || (uintptr_t)a % 4096) {
+		r->failed = 4;
+		return;
+	}
+	rdma_free(q);
+	rdma_free(e);
+	rdma_free(z);
+	rdma_free(a);
+}
+
+static pthread_key_t late_key;
+
+static void *late_thread(void *arg)
+{
+	struct late *r = arg;
+	r->early = rdma_malloc(64);
+	memset(r->early, 0xa5, 64);
+	pthread_setspecific(late_key, r);
+	return NULL;
+}
+
+Test(alloc, allocations_after_the_thread_is_cleaned_up_are_registered)
+{
+	rdma_free(rdma_malloc(1)); /* jemalloc and its key exist */
+	cr_assert(rdmalloc_heap_ending_key_first());
+	cr_assert_eq(pthread_key_create(&late_key, late_destructor), 0);
+	for (int i = 0; i < 20; i++) {
+		struct late r = { 0 };
+		pthread_t t;
+		cr_assert_eq(pthread_create(&t, NULL, late_thread, &r), 0);
+		cr_assert_eq(pthread_join(t, NULL), 0);
+		cr_assert_eq(r.failed, 0, "thread %d: step %d of its late destructor failed", i, r.failed);
+	}
 }
