@@ -37,24 +37,39 @@ static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 	return c;
 }
 
+/* Whether jemalloc has cleaned this thread up (heap.h): one TLS compare
+ * once the thread is watched. */
+static inline int thread_ended(struct rdmalloc_heap *h)
+{
+	return unlikely(rdmalloc_tl_watch != 1) && rdmalloc_heap_thread_ended(h);
+}
+
 /* alloc() on a thread that jemalloc has cleaned up (a late pthread key
  * destructor: tls.h), which jemalloc would serve from its arena 0, memory
  * of no chunk: a big block instead, a chunk of its own however small the
- * size.  A heap without big blocks (ODP) answers ENOMEM. */
+ * size.  A heap without big blocks (ODP; the drop-in's, reached by
+ * rdma_realloc) answers ENOMEM. */
 static __attribute__((noinline, cold)) void *alloc_ended(struct rdmalloc_heap *h, size_t size, size_t align,
 							int zero)
 {
 	STAT_INC(fallbacks);
 	if (!rdmalloc_heap_has_big(h)) {
-		rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation of an ODP heap after jemalloc cleaned its thread "
-				  "up (a late key destructor) fails with ENOMEM (counted in fallbacks)");
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation after jemalloc cleaned its thread up (a late "
+				  "key destructor) from a heap without big blocks (ODP, or the drop-in's) fails "
+				  "with ENOMEM (counted in fallbacks)");
 		errno = ENOMEM;
 		return NULL;
 	}
 	rdmalloc_log_once(RDMALLOC_LOG_INFO, "an allocation after jemalloc cleaned its thread up (a late key "
 			  "destructor) is a big block, a chunk of its own (counted in fallbacks)");
 	int saved = errno;
-	void *p = rdmalloc_big_alloc(h, size, align, zero);
+	void *p;
+	int tries = 2, relieved = 0;
+	do /* once more after memory pressure gave idle memory back */
+		p = rdmalloc_big_alloc(h, size, align, zero);
+	while (!p && --tries && (relieved = rdmalloc_heaps_relieve()));
+	if (relieved)
+		rdmalloc_heaps_relief_end();
 	errno = p ? saved : ENOMEM;
 	return p;
 }
@@ -65,8 +80,6 @@ static __attribute__((noinline, cold)) void *alloc_ended(struct rdmalloc_heap *h
  * jemalloc retried with a smaller chunk. */
 static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 {
-	if (unlikely(rdmalloc_tl_ended))
-		return alloc_ended(h, size, align, zero);
 	int saved = errno;
 	/* Its chunk shared out, the first time too (an ODP heap's never is). */
 	rdmalloc_crew_start_before(size, rdmalloc_heap_spec(h)->flags);
@@ -76,12 +89,20 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 		if (rdmalloc_big_wanted(h, size, align) &&
 		    rdmalloc_big_admit(rdmalloc_heap_big(h)))
 			p = rdmalloc_big_alloc(h, size, align, zero);
+		else if (unlikely(thread_ended(h))) {
+			p = NULL;
+			break;
+		}
 		else
 			p = rdmalloc_heap_mallocx(h, size ? size : 1,
 						  (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
 	} while (unlikely(!p) && --tries && (relieved = rdmalloc_heaps_relieve()));
 	if (relieved)
 		rdmalloc_heaps_relief_end();
+	if (unlikely(!p) && rdmalloc_tl_watch == RDMALLOC_TL_ENDED) {
+		errno = saved;
+		return alloc_ended(h, size, align, zero);
+	}
 	start_reserve();
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
@@ -143,7 +164,7 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 
 void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_chunk *c, size_t size)
 {
-	if (c->heap != to || (!c->big && unlikely(rdmalloc_tl_ended)) ||
+	if (c->heap != to || (!c->big && thread_ended(to)) ||
 	    (!c->big && rdmalloc_big_wanted(to, size, 0) && rdmalloc_big_admit(rdmalloc_heap_big(to)))) {
 		/* Into another heap, a jemalloc block grown big, or one of a
 		 * thread jemalloc has cleaned up (alloc_ended): copy, then

@@ -259,7 +259,6 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	unsigned tc = 0;
 	size_t sz = sizeof(tc);
 	int flag = MALLOCX_TCACHE_NONE;
-	rdmalloc_heap_watch_thread(); /* its first use of a heap: before jemalloc may clean it up */
 	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	if (je_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
 		if (tc < TC_MAX) {
@@ -331,6 +330,24 @@ static inline void cache_leave(struct tl_cache *t)
 #define cache_enter(h, tp) ((void)(h), *(tp) = &tl[0], 0)
 #define cache_leave(t) ((void)(t))
 #endif
+
+int rdmalloc_heap_thread_ended(struct rdmalloc_heap *h)
+{
+	if (rdmalloc_tl_watch == RDMALLOC_TL_ENDED)
+		return 1;
+	rdmalloc_heap_watch_thread();
+	/* Cleaned up before it was watched (a thread that only freed, or
+	 * used stats, until a late destructor): jemalloc then ignores the
+	 * arena asked for.  One uncached byte of @h's arena tells. */
+	void *q = rdmalloc_mallocx(1, MALLOCX_ARENA(h->arenas[0]) | MALLOCX_TCACHE_NONE);
+	if (!q)
+		return 0; /* no memory: the allocation will say so; asked again next time */
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(q);
+	int ours = c && c->heap == h;
+	rdmalloc_dallocx(q, MALLOCX_TCACHE_NONE);
+	rdmalloc_tl_watch = ours ? 1 : RDMALLOC_TL_ENDED; /* the drop-in's binding tells it itself */
+	return !ours;
+}
 
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 {

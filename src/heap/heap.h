@@ -100,6 +100,15 @@ uint64_t rdmalloc_heap_live_bytes(void);
  * RDMALLOC_HEAP_CHECK_FREES.
  */
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
+/*
+ * Whether jemalloc has cleaned the calling thread up (it ends: a pthread key
+ * destructor runs after jemalloc's), so that it would serve the thread from
+ * its arena 0 whatever arena @h has.  Asked before an allocation from
+ * jemalloc while rdmalloc_tl_watch is not 1 (tls.h): the first call
+ * watches the thread, and allocates and frees one uncached byte of @h to
+ * see which arena serves it (no verdict while that fails: 0).
+ */
+int rdmalloc_heap_thread_ended(struct rdmalloc_heap *h);
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
 /*

@@ -69,9 +69,10 @@ static size_t cache_miblen;
  * would reject.  So a key of ours, created just before jemalloc's
  * (destructors run in the order of their keys, in each round), marks a
  * thread ended before jemalloc's destructor runs: one the drop-in bound,
- * or one that used an rdma_* heap (rdmalloc_heap_watch_thread); and a
- * thread the drop-in would bind after it (its first allocation in a late
- * destructor) is told by jemalloc's own choice of arena for it.
+ * or one that allocated from an rdma_* heap (rdmalloc_heap_watch_thread);
+ * and a thread whose first such allocation comes after it (in a late
+ * destructor) is told by jemalloc's own choice of arena for it (the
+ * read-back of thread.arena, rdmalloc_heap_thread_ended's probe).
  */
 static pthread_key_t ending_key;
 static int ending_key_ok;
@@ -80,6 +81,7 @@ static void thread_ends(void *unused)
 {
 	(void)unused;
 	rdmalloc_tl.bound = RDMALLOC_TL_ENDED;
+	rdmalloc_tl_watch = RDMALLOC_TL_ENDED;
 }
 
 static void make_ending_key(void)

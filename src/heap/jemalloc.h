@@ -9,7 +9,7 @@
 
 /* Initialise the private jemalloc now (its fork handlers come in then).
  * It must be the first call into jemalloc: it creates, before jemalloc's,
- * the pthread key that marks a thread ended (rdmalloc_heap_bind_thread). */
+ * the pthread key that marks a thread ended (rdmalloc_heap_watch_thread). */
 void rdmalloc_heap_jemalloc_boot(void);
 /* Whether jemalloc keeps unused address space (opt.retain). */
 int rdmalloc_heap_jemalloc_retains(void);
@@ -19,10 +19,10 @@ int rdmalloc_heap_jemalloc_retains(void);
  * itself is creating it: RDMALLOC_TL_ENDED either way), or errno.  The
  * thread is watched (rdmalloc_heap_watch_thread) once bound. */
 int rdmalloc_heap_bind_thread(unsigned arena);
-/* Watch the calling thread: its bound word (tls.h) becomes
- * RDMALLOC_TL_ENDED before jemalloc's state of it is cleaned up, when it
- * ends.  Every thread that allocates from a heap of ours is watched before
- * its first allocation; without a pthread key, counted in fallbacks. */
+/* Watch the calling thread: its words (tls.h: bound, rdmalloc_tl_watch)
+ * become RDMALLOC_TL_ENDED before jemalloc's state of it is cleaned up,
+ * when it ends.  Without a pthread key: logged once, counted in
+ * fallbacks. */
 void rdmalloc_heap_watch_thread(void);
 /* Give the calling thread its automatic thread cache (thread.tcache.enabled),
  * with the arena it is bound to, where jemalloc's options leave it without

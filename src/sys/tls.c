@@ -4,3 +4,4 @@
 
 _Alignas(8) RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 RDMALLOC_TLS int rdmalloc_tl_pressure;
+RDMALLOC_TLS int rdmalloc_tl_watch;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* tls.h - the thread-local word every layer and the drop-in read: whether
  * this thread is inside one of rdmalloc's verbs calls or extent hooks, and
- * the drop-in's arena binding (verbs.c and the extent hooks raise it). */
+ * the drop-in's arena binding (verbs.c and the extent hooks raise it); and
+ * whether jemalloc has cleaned the thread up (it ends). */
 #ifndef RDMALLOC_TLS_H
 #define RDMALLOC_TLS_H
 
@@ -37,10 +38,13 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
 /* bound: jemalloc has cleaned this thread's state up (it ends: a pthread
  * key destructor runs), and would serve its allocations from arena 0 now,
  * whatever arena it was bound to (heap/jemalloc.c).  The drop-in's nest
- * serves its mallocs, and big blocks its rdma_* allocations (api/alloc.c).
- * Any thread that used a heap of ours, bound or not. */
+ * serves its mallocs. */
 #define RDMALLOC_TL_ENDED (-2)
-#define rdmalloc_tl_ended (rdmalloc_tl.bound == RDMALLOC_TL_ENDED)
+/* The rdma_* allocations' view of this thread: 0 until its first one,
+ * which watches it (heap.h, rdmalloc_heap_thread_ended), 1 from then on,
+ * RDMALLOC_TL_ENDED once jemalloc has cleaned it up: big blocks serve it
+ * then (api/alloc.c). */
+extern RDMALLOC_TLS int rdmalloc_tl_watch;
 /* Set when a chunk was refused on this thread for want of memory (the
  * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
  * may give memory back and try again (heap.c, rdmalloc_heaps_relieve). */

@@ -316,6 +316,20 @@ static void *late_thread(void *arg)
 	return NULL;
 }
 
+/* A thread whose only calls before its end touch jemalloc without
+ * allocating or freeing: the stats, a usable size. */
+static void *late_thread_no_alloc(void *arg)
+{
+	struct late *r = arg;
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	if (rdma_malloc_stats_get(&st))
+		r->failed = -1;
+	if (rdma_malloc_usable_size(r->early) < 64)
+		r->failed = -2;
+	pthread_setspecific(late_key, r);
+	return NULL;
+}
+
 Test(alloc, allocations_after_the_thread_is_cleaned_up_are_registered)
 {
 	rdma_free(rdma_malloc(1)); /* jemalloc and its key exist */
@@ -323,9 +337,15 @@ Test(alloc, allocations_after_the_thread_is_cleaned_up_are_registered)
 	cr_assert_eq(pthread_key_create(&late_key, late_destructor), 0);
 	for (int i = 0; i < 20; i++) {
 		struct late r = { 0 };
+		int alloc_first = i % 2 == 0;
+		if (!alloc_first) {
+			r.early = rdma_malloc(64);
+			memset(r.early, 0xa5, 64);
+		}
 		pthread_t t;
-		cr_assert_eq(pthread_create(&t, NULL, late_thread, &r), 0);
+		cr_assert_eq(pthread_create(&t, NULL, alloc_first ? late_thread : late_thread_no_alloc, &r), 0);
 		cr_assert_eq(pthread_join(t, NULL), 0);
-		cr_assert_eq(r.failed, 0, "thread %d: step %d of its late destructor failed", i, r.failed);
+		cr_assert_eq(r.failed, 0, "thread %d (%s): step %d of its late destructor failed", i,
+			     alloc_first ? "allocated first" : "allocated nothing", r.failed);
 	}
 }
