@@ -6,7 +6,7 @@
  * the preload heap's arena (preload/malloc.c).  The cache is a stack: of
  * two blocks of a size class freed in turn, the next allocation returns
  * the one freed last, where jemalloc's arena, uncached, returns the one
- * at the lower address.  The main thread and 4 others free the lower one
+ * at the lower address.  The main thread and 4 others, in turn, free the lower one
  * first; each must get the higher one back, and none is counted in
  * tcache_fallbacks.  With `off` (and MALLOC_CONF=tcache:false, which the
  * drop-in honours) each must get the lower one: no cache.
@@ -45,13 +45,14 @@ int main(int argc, char **argv)
 		printf("FAIL the main thread's freed block: %s\n", off ? "a cache despite tcache:false" : "not from its thread cache");
 		failed++;
 	}
-	pthread_t t[THREADS];
-	for (int i = 0; i < THREADS; i++)
-		if (pthread_create(&t[i], NULL, cached, NULL))
-			return 2;
+	/* One at a time: uncached, threads bound to one arena would take
+	 * each other's freed blocks (a third of the runs failed so). */
 	for (int i = 0; i < THREADS; i++) {
+		pthread_t t;
 		void *ok = NULL;
-		pthread_join(t[i], &ok);
+		if (pthread_create(&t, NULL, cached, NULL))
+			return 2;
+		pthread_join(t, &ok);
 		if (!ok) {
 			printf("FAIL thread %d's freed block: %s\n", i, off ? "a cache despite tcache:false" : "not from its thread cache");
 			failed++;
