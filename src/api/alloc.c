@@ -37,13 +37,6 @@ static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 	return c;
 }
 
-/* Whether jemalloc has cleaned this thread up (heap.h): one TLS compare
- * once the thread is watched. */
-static inline int thread_ended(struct rdmalloc_heap *h)
-{
-	return unlikely(rdmalloc_tl_watch != 1) && rdmalloc_heap_thread_ended(h);
-}
-
 /* alloc() on a thread that jemalloc has cleaned up (a late pthread key
  * destructor: tls.h), which jemalloc would serve from its arena 0, memory
  * of no chunk: a big block instead, a chunk of its own however small the
@@ -84,22 +77,20 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 	/* Its chunk shared out, the first time too (an ODP heap's never is). */
 	rdmalloc_crew_start_before(size, rdmalloc_heap_spec(h)->flags);
 	void *p;
-	int tries = 2, relieved = 0;
+	int tries = 2, relieved = 0, ended = 0;
+	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
 	do { /* once more after memory pressure gave idle memory back */
 		if (rdmalloc_big_wanted(h, size, align) &&
 		    rdmalloc_big_admit(rdmalloc_heap_big(h)))
 			p = rdmalloc_big_alloc(h, size, align, zero);
-		else if (unlikely(thread_ended(h))) {
-			p = NULL;
+		else if (likely(rdmalloc_tl_watch == 1))
+			p = rdmalloc_heap_mallocx(h, size ? size : 1, flags);
+		else if (!(p = rdmalloc_heap_mallocx_first(h, size ? size : 1, flags, &ended)) && ended)
 			break;
-		}
-		else
-			p = rdmalloc_heap_mallocx(h, size ? size : 1,
-						  (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
 	} while (unlikely(!p) && --tries && (relieved = rdmalloc_heaps_relieve()));
 	if (relieved)
 		rdmalloc_heaps_relief_end();
-	if (unlikely(!p) && rdmalloc_tl_watch == RDMALLOC_TL_ENDED) {
+	if (unlikely(ended)) {
 		errno = saved;
 		return alloc_ended(h, size, align, zero);
 	}
@@ -164,11 +155,12 @@ RDMA_EXPORT void *rdma_heap_aligned_alloc(rdma_heap_t *heap, size_t alignment, s
 
 void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_chunk *c, size_t size)
 {
-	if (c->heap != to || (!c->big && thread_ended(to)) ||
+	if (c->heap != to || (!c->big && unlikely(rdmalloc_tl_watch != 1)) ||
 	    (!c->big && rdmalloc_big_wanted(to, size, 0) && rdmalloc_big_admit(rdmalloc_heap_big(to)))) {
 		/* Into another heap, a jemalloc block grown big, or one of a
-		 * thread jemalloc has cleaned up (alloc_ended): copy, then
-		 * free the old one. */
+		 * thread not watched yet, which jemalloc may have cleaned up
+		 * (alloc() tells, and serves it: alloc_ended): copy, then free
+		 * the old one. */
 		void *q = alloc(to, size, 0, 0);
 		if (!q)
 			return NULL;

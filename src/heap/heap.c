@@ -331,22 +331,30 @@ static inline void cache_leave(struct tl_cache *t)
 #define cache_leave(t) ((void)(t))
 #endif
 
-int rdmalloc_heap_thread_ended(struct rdmalloc_heap *h)
+void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flags, int *ended)
 {
-	if (rdmalloc_tl_watch == RDMALLOC_TL_ENDED)
-		return 1;
+	*ended = rdmalloc_tl_watch == RDMALLOC_TL_ENDED;
+	if (*ended)
+		return NULL;
 	rdmalloc_heap_watch_thread();
-	/* Cleaned up before it was watched (a thread that only freed, or
-	 * used stats, until a late destructor): jemalloc then ignores the
-	 * arena asked for.  One uncached byte of @h's arena tells. */
-	void *q = rdmalloc_mallocx(1, MALLOCX_ARENA(h->arenas[0]) | MALLOCX_TCACHE_NONE);
-	if (!q)
-		return 0; /* no memory: the allocation will say so; asked again next time */
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(q);
-	int ours = c && c->heap == h;
-	rdmalloc_dallocx(q, MALLOCX_TCACHE_NONE);
-	rdmalloc_tl_watch = ours ? 1 : RDMALLOC_TL_ENDED; /* the drop-in's binding tells it itself */
-	return !ours;
+	/* Cleaned up before it was watched (a thread that had only freed,
+	 * or read the stats, until a late destructor), jemalloc ignores the
+	 * arena asked for: the block's chunk tells.  Uncached: the thread's
+	 * cache of @h is not made yet. */
+	void *p = rdmalloc_mallocx(size, flags | MALLOCX_ARENA(h->arenas[0]) | MALLOCX_TCACHE_NONE);
+	if (!p)
+		return NULL; /* no verdict: asked again next time */
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
+	if (c && c->heap == h) {
+		rdmalloc_tl_watch = 1;
+		return h->check_frees ? rdmalloc_freed_clear(p) : p;
+	}
+	int e = errno;
+	rdmalloc_dallocx(p, MALLOCX_TCACHE_NONE);
+	errno = e;
+	rdmalloc_tl_watch = RDMALLOC_TL_ENDED; /* the drop-in's binding tells it itself */
+	*ended = 1;
+	return NULL;
 }
 
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)

@@ -101,14 +101,15 @@ uint64_t rdmalloc_heap_live_bytes(void);
  */
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
 /*
- * Whether jemalloc has cleaned the calling thread up (it ends: a pthread key
- * destructor runs after jemalloc's), so that it would serve the thread from
- * its arena 0 whatever arena @h has.  Asked before an allocation from
- * jemalloc while rdmalloc_tl_watch is not 1 (tls.h): the first call
- * watches the thread, and allocates and frees one uncached byte of @h to
- * see which arena serves it (no verdict while that fails: 0).
+ * rdmalloc_heap_mallocx while rdmalloc_tl_watch is not 1 (tls.h): a
+ * thread's first allocation from jemalloc watches the thread, and its
+ * block's chunk tells whether jemalloc has cleaned the thread up (it ends:
+ * a pthread key destructor runs after jemalloc's), serving it from its
+ * arena 0 whatever arena @h has.  Then NULL, with *@ended set, as for a
+ * thread marked ended before; else the block (or NULL with errno, no
+ * verdict, *@ended 0).
  */
-int rdmalloc_heap_thread_ended(struct rdmalloc_heap *h);
+void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flags, int *ended);
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
 /*

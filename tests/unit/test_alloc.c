@@ -262,11 +262,14 @@ Test(alloc, thread_caches_keep_blocks_up_to_1_mib)
  * keys).  jemalloc would serve that thread from its arena 0, whatever
  * arena rdma_malloc names: memory of no chunk, without keys, which
  * rdma_free rejects.  Each allocation is checked as memory of a chunk
- * (usable size) with keys, and its bytes kept, before it is freed.
+ * (usable size) with keys, and its bytes kept, before it is freed; the
+ * first one as a big block of a page (so the destructor did run after
+ * jemalloc's).
  */
 struct late {
 	unsigned char *early; /* rdma_malloc'ed while the thread lived */
 	int failed;           /* the first step that failed (0: none) */
+	int ran;              /* the destructor ran to its end */
 };
 
 static int registered(const void *p, size_t len)
@@ -279,7 +282,7 @@ static void late_destructor(void *arg)
 {
 	struct late *r = arg;
 	unsigned char *p = rdma_malloc(100);
-	if (!registered(p, 100)) {
+	if (!registered(p, 100) || rdma_malloc_usable_size(p) != 4096) {
 		r->failed = 1;
 		return;
 	}
@@ -303,6 +306,7 @@ static void late_destructor(void *arg)
 	rdma_free(e);
 	rdma_free(z);
 	rdma_free(a);
+	r->ran = 1;
 }
 
 static pthread_key_t late_key;
@@ -312,7 +316,8 @@ static void *late_thread(void *arg)
 	struct late *r = arg;
 	r->early = rdma_malloc(64);
 	memset(r->early, 0xa5, 64);
-	pthread_setspecific(late_key, r);
+	if (pthread_setspecific(late_key, r))
+		r->failed = -3;
 	return NULL;
 }
 
@@ -326,7 +331,8 @@ static void *late_thread_no_alloc(void *arg)
 		r->failed = -1;
 	if (rdma_malloc_usable_size(r->early) < 64)
 		r->failed = -2;
-	pthread_setspecific(late_key, r);
+	if (pthread_setspecific(late_key, r))
+		r->failed = -3;
 	return NULL;
 }
 
@@ -347,5 +353,6 @@ Test(alloc, allocations_after_the_thread_is_cleaned_up_are_registered)
 		cr_assert_eq(pthread_join(t, NULL), 0);
 		cr_assert_eq(r.failed, 0, "thread %d (%s): step %d of its late destructor failed", i,
 			     alloc_first ? "allocated first" : "allocated nothing", r.failed);
+		cr_assert(r.ran, "thread %d: its late destructor did not run", i);
 	}
 }
