@@ -15,6 +15,9 @@
  *              marks a thread ended comes before jemalloc's, whatever ran
  *              first at start-up (at 3e40003 the drop-in's constructor
  *              started jemalloc before the key was made)
+ *   rdma       (under the fake drop-in: a device) bound threads whose
+ *              destructor also calls rdma_malloc: a big block of a page,
+ *              with keys (at 65045a0, jemalloc's arena 0: no keys)
  * Prints "ok"/"FAIL" lines; run with LD_PRELOAD.
  */
 #include <dlfcn.h>
@@ -24,6 +27,8 @@
 #include <string.h>
 
 static pthread_key_t key;
+static int rdma; /* the destructor also allocates registered memory */
+static int rdma_failed;
 static void *given; /* a block of the main thread's, freed by a free-only thread */
 
 static void destructor(void *v)
@@ -37,6 +42,20 @@ static void destructor(void *v)
 		abort();
 	free(q);
 	free(calloc(3, 1000));
+	if (rdma) { /* the drop-in exports the rdma_* calls */
+		void *(*rmalloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "rdma_malloc");
+		size_t (*usable)(const void *) = (size_t(*)(const void *))dlsym(RTLD_DEFAULT, "rdma_malloc_usable_size");
+		int (*keys)(const void *, size_t, void *, unsigned *, unsigned *) =
+			(int (*)(const void *, size_t, void *, unsigned *, unsigned *))dlsym(RTLD_DEFAULT,
+											 "rdma_malloc_keys");
+		void (*rfree)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
+		char *r = rmalloc && usable && keys && rfree ? rmalloc(100) : NULL;
+		unsigned l;
+		if (!r || usable(r) != 4096 || keys(r, 100, NULL, &l, NULL))
+			rdma_failed++;
+		else
+			rfree(r);
+	}
 	if (v != &key) { /* the thread's block from before it ended: moved, then freed */
 		char *w = realloc(v, 300);
 		if (!w || w[9] != 0x5a)
@@ -74,6 +93,7 @@ int main(int argc, char **argv)
 		       !first ? "(no getter: run under the fake drop-in) vs" : ok ? "comes before" : "comes after");
 		return !ok;
 	}
+	rdma = !strcmp(how, "rdma");
 	free(malloc(1)); /* the drop-in is ready; the key comes after jemalloc's */
 	if (pthread_key_create(&key, destructor))
 		return 2;
@@ -83,6 +103,11 @@ int main(int argc, char **argv)
 		if (pthread_create(&t, NULL, strcmp(how, "free-only") ? bound : free_only, NULL))
 			return 2;
 		pthread_join(t, NULL);
+	}
+	if (rdma_failed) {
+		printf("FAIL %d of 8 threads' rdma_malloc in a key destructor: not a registered big block\n",
+		       rdma_failed);
+		return 1;
 	}
 	printf("ok   8 %s threads allocated, reallocated and freed in a key destructor\n", how);
 	return 0;
