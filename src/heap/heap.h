@@ -101,8 +101,8 @@ uint64_t rdmalloc_heap_live_bytes(void);
  */
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
 /*
- * rdmalloc_heap_mallocx while rdmalloc_tl_watch is not 1 (tls.h): a
- * thread's first allocation from jemalloc watches the thread, and its
+ * rdmalloc_heap_mallocx while rdmalloc_tl_watch is not 1 (tls.h), uncached:
+ * a thread's first allocation from jemalloc watches the thread, and its
  * block's chunk tells whether jemalloc has cleaned the thread up (it ends:
  * a pthread key destructor runs after jemalloc's), serving it from its
  * arena 0 whatever arena @h has.  Then NULL, with *@ended set, as for a

@@ -71,8 +71,9 @@ static size_t cache_miblen;
  * thread ended before jemalloc's destructor runs: one the drop-in bound,
  * or one that allocated from an rdma_* heap (rdmalloc_heap_watch_thread);
  * and a thread whose first such allocation comes after it (in a late
- * destructor) is told by jemalloc's own choice of arena for it (the
- * read-back of thread.arena, rdmalloc_heap_thread_ended's probe).
+ * destructor) is told by jemalloc's own choice of arena for it: the
+ * drop-in reads thread.arena back as it binds, and the API looks up the
+ * chunk of its first block (heap.c, rdmalloc_heap_mallocx_first).
  */
 static pthread_key_t ending_key;
 static int ending_key_ok;

@@ -40,10 +40,11 @@ extern RDMALLOC_TLS struct rdmalloc_tl_state rdmalloc_tl;
  * whatever arena it was bound to (heap/jemalloc.c).  The drop-in's nest
  * serves its mallocs. */
 #define RDMALLOC_TL_ENDED (-2)
-/* The rdma_* allocations' view of this thread: 0 until its first one from
- * jemalloc has succeeded (big blocks are not jemalloc's), which watches it
- * (heap.h, rdmalloc_heap_mallocx_first), 1 from then on, RDMALLOC_TL_ENDED
- * once jemalloc has cleaned it up: big blocks serve it then (api/alloc.c). */
+/* The rdma_* allocations' view of this thread: 0 until one of its
+ * allocations from jemalloc has succeeded (big blocks are not jemalloc's;
+ * the first one watches it: heap.h, rdmalloc_heap_mallocx_first), 1 from
+ * then on, RDMALLOC_TL_ENDED once jemalloc has cleaned it up: big blocks
+ * serve it then (api/alloc.c). */
 extern RDMALLOC_TLS int rdmalloc_tl_watch;
 /* Set when a chunk was refused on this thread for want of memory (the
  * limit, or ENOMEM/EAGAIN from ibv_reg_mr): an allocation that then fails
