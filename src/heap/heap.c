@@ -13,7 +13,9 @@
  *
  * A cache id belongs to one heap generation (tc_owner); whoever destroys it
  * (the heap's destruction or the thread's exit) checks and clears that under
- * tc_mutex, so no id is destroyed twice or after reuse.
+ * tc_mutex, so no id is destroyed twice or after reuse.  An ending thread
+ * makes no cache (one made in glibc's last round of key destructors would
+ * never be destroyed): it runs uncached.
  *
  * Idle caches are flushed.  A cached block keeps its chunk registered, and
  * jemalloc collects a cache's garbage only while its thread allocates: a
@@ -87,18 +89,32 @@ static uint32_t gen_counter;
 static uint32_t tc_owner[TC_MAX];
 static pthread_key_t tc_key;
 
-struct tl_cache {
-	uint32_t gen;
-	int tcflag; /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
+/* What a cache's owner and the tick share. */
+struct tc_sync {
 	_Atomic unsigned seq; /* odd while the owner uses the cache */
 	_Atomic int flush;    /* the tick is flushing it: the owner waits */
 };
+/* Per cache id, in the library's memory, never in the owner's TLS: a
+ * thread's TLS goes with its stack, and a cache made in glibc's last round
+ * of key destructors outlives its thread (thread_exit never sees it). */
+static struct {
+	_Alignas(64) struct tc_sync s;
+} tc_sync[TC_MAX], tc_sync_none; /* none: every uncached use (no flush) */
+
+struct tl_cache {
+	uint32_t gen;
+	int tcflag;	     /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
+	struct tc_sync *sync; /* tc_sync[id], or tc_sync_none */
+};
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
+/* thread_exit has run: the thread ends, and a cache made now would never
+ * be destroyed (glibc runs key destructors a bounded number of rounds). */
+static RDMALLOC_TLS int tl_exited;
 
 /* Per cache id, under tc_mutex: its owner's entry (NULL: none) and its
  * heap's decay time (-1: never flushed); the tick's own view of it. */
 static struct {
-	struct tl_cache *t;
+	int live; /* the id is a thread's cache of a heap */
 	long decay_ms;
 	unsigned seen;     /* seq at the tick that last saw it change */
 	uint64_t since_ns; /* when */
@@ -233,7 +249,7 @@ static unsigned tcache_id(int tcflag)
 static void tcache_destroy_locked(unsigned tc)
 {
 	tc_owner[tc] = 0;
-	tc_idle[tc].t = NULL;
+	tc_idle[tc].live = 0;
 	if (je_mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc)))
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "tcache.destroy(%u) failed", tc);
 }
@@ -251,6 +267,7 @@ static void thread_exit(void *arg)
 		}
 		t->gen = 0;
 	}
+	tl_exited = 1;
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 }
 
@@ -259,13 +276,22 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	unsigned tc = 0;
 	size_t sz = sizeof(tc);
 	int flag = MALLOCX_TCACHE_NONE;
+	t->sync = &tc_sync_none.s;
+	/* An ending thread (its exit handler has run, or jemalloc has cleaned
+	 * it up) goes uncached: a cache made now might never be destroyed. */
+	if (tl_exited || rdmalloc_tl_watch == RDMALLOC_TL_ENDED) {
+		t->gen = h->gen;
+		t->tcflag = flag;
+		return flag;
+	}
 	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	if (je_mallctl("tcache.create", &tc, &sz, NULL, 0) == 0) {
 		if (tc < TC_MAX) {
 			tc_owner[tc] = h->gen;
-			tc_idle[tc].t = t;
+			t->sync = &tc_sync[tc].s;
+			tc_idle[tc].live = 1;
 			tc_idle[tc].decay_ms = h->spec.gives_back ? h->decay_ms : -1;
-			tc_idle[tc].seen = atomic_load_explicit(&t->seq, memory_order_relaxed);
+			tc_idle[tc].seen = atomic_load_explicit(&t->sync->seq, memory_order_relaxed);
 			tc_idle[tc].since_ns = rdmalloc_now_ns();
 			tc_idle[tc].flushed = 0;
 			if (tc >= tc_top)
@@ -291,7 +317,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 }
 
 /* The tick is flushing @t's cache: step out, wait, step in again. */
-static __attribute__((noinline)) void cache_wait(struct tl_cache *t)
+static __attribute__((noinline)) void cache_wait(struct tc_sync *t)
 {
 	do {
 		unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
@@ -304,12 +330,13 @@ static __attribute__((noinline)) void cache_wait(struct tl_cache *t)
 }
 
 /* The calling thread's cache of @h, entered: its MALLOCX_TCACHE flag. */
-static inline int cache_enter(struct rdmalloc_heap *h, struct tl_cache **tp)
+static inline int cache_enter(struct rdmalloc_heap *h, struct tc_sync **sp)
 {
-	struct tl_cache *t = &tl[h->index];
-	*tp = t;
-	if (unlikely(t->gen != h->gen))
-		tcache_slow(h, t);
+	struct tl_cache *c = &tl[h->index];
+	if (unlikely(c->gen != h->gen))
+		tcache_slow(h, c);
+	struct tc_sync *t = c->sync;
+	*sp = t;
 	unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
 	atomic_store_explicit(&t->seq, s + 1, memory_order_relaxed);
 	/* The tick's membarrier(2) orders this store before the load below
@@ -317,17 +344,17 @@ static inline int cache_enter(struct rdmalloc_heap *h, struct tl_cache **tp)
 	atomic_signal_fence(memory_order_seq_cst);
 	if (unlikely(atomic_load_explicit(&t->flush, memory_order_acquire)))
 		cache_wait(t);
-	return t->tcflag;
+	return c->tcflag;
 }
 
-static inline void cache_leave(struct tl_cache *t)
+static inline void cache_leave(struct tc_sync *t)
 {
 	unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
 	atomic_store_explicit(&t->seq, s + 1, memory_order_release);
 }
 
 #ifdef RDMALLOC_MUTATION_SHARED_TCACHE /* test-only: jemalloc's shared cache */
-#define cache_enter(h, tp) ((void)(h), *(tp) = &tl[0], 0)
+#define cache_enter(h, sp) ((void)(h), *(sp) = &tc_sync_none.s, 0)
 #define cache_leave(t) ((void)(t))
 #endif
 
@@ -359,7 +386,7 @@ void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flag
 
 void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 {
-	struct tl_cache *t;
+	struct tc_sync *t;
 	flags |= MALLOCX_ARENA(h->arenas[0]) | cache_enter(h, &t);
 	void *p = rdmalloc_mallocx(size, flags);
 	cache_leave(t);
@@ -368,7 +395,7 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who)
 {
-	struct tl_cache *t;
+	struct tc_sync *t;
 	if (h->check_frees)
 		rdmalloc_freed_check(p, who);
 	int tcflag = cache_enter(h, &t);
@@ -380,7 +407,7 @@ void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const
 
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who)
 {
-	struct tl_cache *t;
+	struct tc_sync *t;
 	if (h->check_frees)
 		rdmalloc_freed_mark(p, who);
 	int flags = cache_enter(h, &t);
@@ -413,8 +440,8 @@ RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
 	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
 	unsigned want = 0;
 	for (unsigned tc = 0; tc < tc_top; tc++) {
-		struct tl_cache *t = tc_idle[tc].t;
-		if (!t || tc_idle[tc].decay_ms < 0)
+		struct tc_sync *t = &tc_sync[tc].s;
+		if (!tc_idle[tc].live || tc_idle[tc].decay_ms < 0)
 			continue;
 		unsigned s = atomic_load_explicit(&t->seq, memory_order_relaxed);
 		if (s != tc_idle[tc].seen) { /* used since: idle from now */
@@ -436,8 +463,8 @@ RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
 					  "are not flushed (their blocks keep chunks registered)", strerror(e));
 		}
 		for (unsigned tc = 0; tc < tc_top; tc++) {
-			struct tl_cache *t = tc_idle[tc].t;
-			if (!t || !atomic_load_explicit(&t->flush, memory_order_relaxed))
+			struct tc_sync *t = &tc_sync[tc].s;
+			if (!tc_idle[tc].live || !atomic_load_explicit(&t->flush, memory_order_relaxed))
 				continue;
 			if (!e && atomic_load_explicit(&t->seq, memory_order_acquire) == tc_idle[tc].seen) {
 				if (je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc)))

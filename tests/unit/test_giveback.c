@@ -410,6 +410,78 @@ Test(giveback, fork_child_forgets_other_threads_caches)
 	cr_assert_eq(rdma_heap_destroy(fork_heap), 0);
 }
 
+/* glibc runs a thread's key destructors for at most four rounds
+ * (PTHREAD_DESTRUCTOR_ITERATIONS).  An rdma_free in the last one made the
+ * thread a cache of the heap that the thread's exit handler (a key
+ * destructor too, which had run or never would) did not destroy, and the
+ * idle-cache table kept pointing into the thread's TLS, gone with its
+ * stack: the tick read unmapped memory (SIGSEGV; found in review).  Two
+ * ways there: a thread whose caches were destroyed in round 1 (arg 1), and
+ * one that had only read the stats (arg 0: its first cache, made in round
+ * 4, is never destroyed; the tick flushes it).  The threads run on stacks
+ * of ours, which hold their TLS, unmapped after the join.  (A thread whose
+ * very first call into jemalloc comes in round 4 is not tested: jemalloc
+ * then links its own thread cache, in that TLS, into an arena's list for
+ * good, which is jemalloc's to mend.) */
+static rdma_heap_t *late_heap;
+static pthread_key_t late_key;
+static void *late_block;
+static _Atomic int late_rounds;
+
+static void late_destructor(void *arg)
+{
+	uintptr_t round = (uintptr_t)arg;
+	atomic_store(&late_rounds, (int)round);
+	if (round < 4)
+		pthread_setspecific(late_key, (void *)(round + 1));
+	else
+		rdma_free(late_block); /* a block of the heap: through a cache of it */
+}
+
+static void *late_thread(void *arg)
+{
+	if (arg) {
+		rdma_free(rdma_heap_malloc(late_heap, 64));
+	} else {
+		struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+		rdma_malloc_stats_get(&st);
+	}
+	pthread_setspecific(late_key, (void *)1);
+	return NULL;
+}
+
+Test(giveback, a_cache_made_in_the_last_destructor_round)
+{
+	late_heap = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
+	cr_assert(late_heap);
+	cr_assert_eq(pthread_key_create(&late_key, late_destructor), 0);
+	enum { STACK = 1 << 20 };
+	for (uintptr_t used = 0; used < 2; used++) {
+		late_block = rdma_heap_malloc(late_heap, 64);
+		cr_assert(late_block);
+		void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		cr_assert(stack != MAP_FAILED);
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		cr_assert_eq(pthread_attr_setstack(&a, stack, STACK), 0);
+		pthread_t t;
+		atomic_store(&late_rounds, 0);
+		cr_assert_eq(pthread_create(&t, &a, late_thread, (void *)used), 0);
+		pthread_join(t, NULL);
+		pthread_attr_destroy(&a);
+		cr_assert_eq(atomic_load(&late_rounds), 4, "the destructor's last round was %d, not 4",
+			     atomic_load(&late_rounds));
+		cr_assert_eq(munmap(stack, STACK), 0);
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		rdmalloc_heap_flush_idle_caches(now); /* what the tick does */
+		rdmalloc_heap_flush_idle_caches(now + 10000000000u);
+	}
+	pthread_key_delete(late_key);
+	cr_assert_eq(rdma_heap_destroy(late_heap), 0);
+}
+
 /* decay_ms -1: nothing is given back until rdma_malloc_trim(). */
 Test(giveback, never_until_trim)
 {
