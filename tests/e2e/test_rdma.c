@@ -3,6 +3,7 @@
  * test_rdma.c - the data path: RDMA WRITE/READ, SEND/RECV and atomics on
  * memory from every allocation function, and at the edges of a chunk.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -151,6 +152,87 @@ E2E_TEST(write_read_posix_memalign, 120)
 		rdma_free(a);
 		rdma_free(b);
 	}
+}
+
+/*
+ * Allocations in a pthread key destructor that runs after jemalloc has
+ * cleaned its thread up (a key made after the library's runs later):
+ * jemalloc would serve them from its arena 0, memory of no chunk, so they
+ * are big blocks, a chunk of their own each (api/alloc.c, alloc_ended).
+ * The NIC writes into each and reads it back, from the main thread, every
+ * byte checked.  One thread allocated before its end, one only read the
+ * stats (its first allocation tells it has ended).
+ */
+enum { LATE_BLOCKS = 4 };
+struct late {
+	int allocated_before;
+	void *p[LATE_BLOCKS];
+};
+static const size_t late_len[LATE_BLOCKS] = { 100, 4096, 300 * KiB, 3000 };
+static pthread_key_t late_key;
+
+static void late_destructor(void *arg)
+{
+	struct late *l = arg;
+	l->p[0] = rdma_malloc(late_len[0]);
+	l->p[1] = rdma_calloc(late_len[1] / 8, 8);
+	l->p[2] = rdma_aligned_alloc(4096, late_len[2]);
+	unsigned char *r = rdma_malloc(10);
+	if (r) {
+		memset(r, 0x3c, 10);
+		l->p[3] = rdma_realloc(r, late_len[3]);
+		if (!l->p[3])
+			rdma_free(r);
+	}
+}
+
+static void *late_thread(void *arg)
+{
+	struct late *l = arg;
+	if (l->allocated_before) {
+		rdma_free(rdma_malloc(64));
+	} else {
+		struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+		rdma_malloc_stats_get(&st);
+	}
+	pthread_setspecific(late_key, l);
+	return NULL;
+}
+
+E2E_TEST(write_read_from_a_late_destructor, 60)
+{
+	cr_assert_eq(pthread_key_create(&late_key, late_destructor), 0);
+	for (int before = 1; before >= 0; before--) {
+		struct late l = { .allocated_before = before };
+		struct rdma_malloc_stats st0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st0) };
+		struct rdma_malloc_stats st1 = st0;
+		cr_assert_eq(rdma_malloc_stats_get(&st0), 0);
+		pthread_t t;
+		cr_assert_eq(pthread_create(&t, NULL, late_thread, &l), 0);
+		pthread_join(t, NULL);
+		cr_assert_eq(rdma_malloc_stats_get(&st1), 0);
+		/* The three small ones served as an ended thread's: counted in
+		 * fallbacks (300 KiB is a big block anyway). */
+		cr_assert_geq(st1.fallbacks - st0.fallbacks, 3, "%s: %llu fallbacks for 3 small late blocks",
+			      before ? "allocated before" : "stats only",
+			      (unsigned long long)(st1.fallbacks - st0.fallbacks));
+		for (int i = 0; i < LATE_BLOCKS; i++) {
+			char what[96];
+			snprintf(what, sizeof(what), "block %d (%zu B) of a late destructor (%s)", i, late_len[i],
+				 before ? "allocated before" : "stats only");
+			cr_assert(l.p[i], "%s: %s", what, "NULL");
+			if (i == 1)
+				E2E_ASSERT_CONST(l.p[i], late_len[i], 0, "rdma_calloc in a late destructor: not zero");
+			if (i == 3)
+				E2E_ASSERT_CONST(l.p[i], 10, 0x3c, "rdma_realloc in a late destructor lost the bytes");
+			void *b = rdma_malloc(late_len[i]);
+			cr_assert(b, "rdma_malloc(%zu): %s", late_len[i], strerror(errno));
+			write_read(l.p[i], b, late_len[i], (uint32_t)(500 + 10 * before + i), what);
+			rdma_free(l.p[i]);
+			rdma_free(b);
+		}
+	}
+	pthread_key_delete(late_key);
 }
 
 E2E_TEST(send_recv, 60)
