@@ -29,6 +29,11 @@
 static pthread_key_t key;
 static int rdma; /* the destructor also allocates registered memory */
 static int rdma_failed;
+/* The drop-in's rdma_* calls, looked up once in rdma mode (it exports them). */
+static void *(*rmalloc)(size_t);
+static size_t (*usable)(const void *);
+static int (*keys)(const void *, size_t, void *, unsigned *, unsigned *);
+static void (*rfree)(void *);
 static void *given; /* a block of the main thread's, freed by a free-only thread */
 
 static void destructor(void *v)
@@ -42,13 +47,7 @@ static void destructor(void *v)
 		abort();
 	free(q);
 	free(calloc(3, 1000));
-	if (rdma) { /* the drop-in exports the rdma_* calls */
-		void *(*rmalloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "rdma_malloc");
-		size_t (*usable)(const void *) = (size_t(*)(const void *))dlsym(RTLD_DEFAULT, "rdma_malloc_usable_size");
-		int (*keys)(const void *, size_t, void *, unsigned *, unsigned *) =
-			(int (*)(const void *, size_t, void *, unsigned *, unsigned *))dlsym(RTLD_DEFAULT,
-											 "rdma_malloc_keys");
-		void (*rfree)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
+	if (rdma) {
 		char *r = rmalloc && usable && keys && rfree ? rmalloc(100) : NULL;
 		unsigned l;
 		if (!r || usable(r) != 4096 || keys(r, 100, NULL, &l, NULL))
@@ -94,6 +93,13 @@ int main(int argc, char **argv)
 		return !ok;
 	}
 	rdma = !strcmp(how, "rdma");
+	if (rdma) {
+		rmalloc = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "rdma_malloc");
+		usable = (size_t(*)(const void *))dlsym(RTLD_DEFAULT, "rdma_malloc_usable_size");
+		keys = (int (*)(const void *, size_t, void *, unsigned *, unsigned *))dlsym(RTLD_DEFAULT,
+											 "rdma_malloc_keys");
+		rfree = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
+	}
 	free(malloc(1)); /* the drop-in is ready; the key comes after jemalloc's */
 	if (pthread_key_create(&key, destructor))
 		return 2;
