@@ -99,19 +99,21 @@ struct tc_sync {
  * of key destructors outlives its thread (thread_exit never sees it). */
 static struct {
 	_Alignas(64) struct tc_sync s;
-} tc_sync[TC_MAX], tc_sync_none; /* none: every uncached use (no flush) */
+} tc_sync[TC_MAX];
 
 struct tl_cache {
 	uint32_t gen;
 	int tcflag;	     /* MALLOCX_TCACHE(id) or MALLOCX_TCACHE_NONE */
-	struct tc_sync *sync; /* tc_sync[id], or tc_sync_none */
+	struct tc_sync *sync; /* tc_sync[id], or tl_none */
 };
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
+/* The thread's uncached uses: no tick ever reads it. */
+static RDMALLOC_TLS struct tc_sync tl_none;
 /* thread_exit has run: the thread ends, and a cache made now would never
  * be destroyed (glibc runs key destructors a bounded number of rounds). */
 static RDMALLOC_TLS int tl_exited;
 
-/* Per cache id, under tc_mutex: its owner's entry (NULL: none) and its
+/* Per cache id, under tc_mutex: whether a thread's cache has it, and its
  * heap's decay time (-1: never flushed); the tick's own view of it. */
 static struct {
 	int live; /* the id is a thread's cache of a heap */
@@ -276,10 +278,10 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 	unsigned tc = 0;
 	size_t sz = sizeof(tc);
 	int flag = MALLOCX_TCACHE_NONE;
-	t->sync = &tc_sync_none.s;
+	t->sync = &tl_none;
 	/* An ending thread (its exit handler has run, or jemalloc has cleaned
 	 * it up) goes uncached: a cache made now might never be destroyed. */
-	if (tl_exited || rdmalloc_tl_watch == RDMALLOC_TL_ENDED) {
+	if (tl_exited || rdmalloc_tl_watch == RDMALLOC_TL_ENDED || rdmalloc_tl.bound == RDMALLOC_TL_ENDED) {
 		t->gen = h->gen;
 		t->tcflag = flag;
 		return flag;
@@ -354,7 +356,7 @@ static inline void cache_leave(struct tc_sync *t)
 }
 
 #ifdef RDMALLOC_MUTATION_SHARED_TCACHE /* test-only: jemalloc's shared cache */
-#define cache_enter(h, sp) ((void)(h), *(sp) = &tc_sync_none.s, 0)
+#define cache_enter(h, sp) ((void)(h), *(sp) = &tl_none, 0)
 #define cache_leave(t) ((void)(t))
 #endif
 
@@ -431,6 +433,17 @@ void rdmalloc_heap_fork_child(void)
 	tc_top = 0;
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
 		tl[i].gen = 0;
+	tl_exited = 0; /* forked from a late destructor: the child's main thread */
+}
+
+RDMALLOC_TESTABLE unsigned rdmalloc_heap_live_caches(void)
+{
+	unsigned n = 0;
+	rdmalloc_lock(RDMALLOC_LOCK_TCACHE);
+	for (unsigned tc = 0; tc < tc_top; tc++)
+		n += tc_idle[tc].live;
+	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
+	return n;
 }
 
 RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)

@@ -118,6 +118,8 @@ void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
  * says how).  The background tick calls it; no lock held.
  */
 RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now);
+/* Test-only: the explicit caches threads hold now, every heap's. */
+RDMALLOC_TESTABLE unsigned rdmalloc_heap_live_caches(void);
 /* In a fork child, no lock taken: forget every cache made before the fork
  * (jemalloc cannot flush or destroy those in a child, heap.c says why);
  * the child's threads make new ones. */

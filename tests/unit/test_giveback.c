@@ -416,10 +416,11 @@ Test(giveback, fork_child_forgets_other_threads_caches)
  * destructor too, which had run or never would) did not destroy, and the
  * idle-cache table kept pointing into the thread's TLS, gone with its
  * stack: the tick read unmapped memory (SIGSEGV; found in review).  Two
- * ways there: a thread whose caches were destroyed in round 1 (arg 1), and
- * one that had only read the stats (arg 0: its first cache, made in round
- * 4, is never destroyed; the tick flushes it).  The threads run on stacks
- * of ours, which hold their TLS, unmapped after the join.  (A thread whose
+ * ways there: a thread whose caches were destroyed in round 1 (arg 1: it
+ * makes no cache any more), and one that had only read the stats (arg 0:
+ * its first cache, made in round 4, stays until the heap is destroyed; the
+ * tick flushes it).  The threads run on stacks of ours, which hold their
+ * TLS, unmapped after the join.  (A thread whose
  * very first call into jemalloc comes in round 4 is not tested: jemalloc
  * then links its own thread cache, in that TLS, into an arena's list for
  * good, which is jemalloc's to mend.) */
@@ -455,10 +456,12 @@ Test(giveback, a_cache_made_in_the_last_destructor_round)
 	late_heap = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
 	cr_assert(late_heap);
 	cr_assert_eq(pthread_key_create(&late_key, late_destructor), 0);
+	unsigned base = rdmalloc_heap_live_caches();
 	enum { STACK = 1 << 20 };
 	for (uintptr_t used = 0; used < 2; used++) {
 		late_block = rdma_heap_malloc(late_heap, 64);
 		cr_assert(late_block);
+		unsigned before = rdmalloc_heap_live_caches();
 		void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		cr_assert(stack != MAP_FAILED);
 		pthread_attr_t a;
@@ -471,6 +474,9 @@ Test(giveback, a_cache_made_in_the_last_destructor_round)
 		pthread_attr_destroy(&a);
 		cr_assert_eq(atomic_load(&late_rounds), 4, "the destructor's last round was %d, not 4",
 			     atomic_load(&late_rounds));
+		cr_assert_eq(rdmalloc_heap_live_caches(), before + !used, "%s: %u caches, %u before",
+			     used ? "a thread that ended with caches" : "a thread that only read the stats",
+			     rdmalloc_heap_live_caches(), before);
 		cr_assert_eq(munmap(stack, STACK), 0);
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -480,6 +486,7 @@ Test(giveback, a_cache_made_in_the_last_destructor_round)
 	}
 	pthread_key_delete(late_key);
 	cr_assert_eq(rdma_heap_destroy(late_heap), 0);
+	cr_assert_eq(rdmalloc_heap_live_caches(), base, "the heap's destruction left caches");
 }
 
 /* decay_ms -1: nothing is given back until rdma_malloc_trim(). */
