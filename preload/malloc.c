@@ -308,7 +308,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 	if (!p)
 		return;
 	if (rdmalloc_nest_owns(p)) {
-		rdmalloc_nest_free(p); /* allocated inside a verbs call */
+		rdmalloc_nest_free(p, "free"); /* allocated inside a verbs call */
 		return;
 	}
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
@@ -355,15 +355,15 @@ PRELOAD_API void cfree(void *p)
 	free(p);
 }
 
-static size_t usable(void *p)
+static size_t usable(void *p, const char *who)
 {
 	if (rdmalloc_nest_owns(p))
-		return rdmalloc_nest_usable(p);
+		return rdmalloc_nest_usable(p, who);
 	if (preload_memory(p))
 		return rdmalloc_auto_usable_size(p);
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(p);
 	if (!c || (c->big && (uintptr_t)p != c->base))
-		not_ours("malloc_usable_size", p);
+		not_ours(who, p);
 	return c->big ? rdmalloc_big_usable(c) : rdmalloc_auto_usable_size(p);
 }
 
@@ -373,10 +373,10 @@ static size_t usable(void *p)
  * old freed. */
 static __attribute__((noinline)) void *realloc_moving(void *p, size_t size)
 {
+	size_t old = usable(p, "realloc"); /* first: a freed block could be handed out as q */
 	void *q = rdmalloc_tl_in_verbs ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);
 	if (!q)
 		return NULL;
-	size_t old = usable(p);
 	memcpy(q, p, old < size ? old : size);
 	free(p);
 	return q;
@@ -492,7 +492,7 @@ PRELOAD_API void *pvalloc(size_t size)
 
 PRELOAD_API size_t malloc_usable_size(void *p)
 {
-	return p ? usable(p) : 0;
+	return p ? usable(p, "malloc_usable_size") : 0;
 }
 
 /* glibc's internal names, used by some programs and by older interposers. */

@@ -18,6 +18,11 @@
  * only after jemalloc's.  free(), realloc() and malloc_usable_size() tell
  * its blocks by address, wherever they run.
  *
+ * Every block's header says whether it is live: free() and realloc() of a
+ * block freed already, or of an address in the ranges that is no block's,
+ * abort with a message, whatever RDMALLOC_CHECK_FREE says (a free list
+ * walked through a block freed twice would hand it out twice).
+ *
  * What comes here is small and rare (a region's descriptor per chunk
  * registration, the allocations a process makes before the drop-in is
  * ready), so simplicity beats speed: blocks are never given back to the
@@ -38,7 +43,7 @@
 #include "counters.h"
 
 #define FIRST ((uintptr_t)1 << 20) /* the first range; pages are touched as used */
-#define HDR 16                      /* before each block's user pointer: class and offset */
+#define HDR 16                      /* before each block's user pointer: struct hdr */
 #define MIN_CLASS 5                 /* 32-byte blocks */
 #define CLASSES 35                  /* up to 16 GiB */
 
@@ -49,8 +54,12 @@ static void *free_list[CLASSES];  /* (lock) */
 
 struct hdr {
 	uint64_t cls;    /* block of 1 << cls bytes */
-	uint64_t offset; /* user pointer - block: up to the block's size, alignment included */
+	uint32_t offset; /* user pointer - block: HDR up to 2 GiB (larger alignments are refused) */
+	uint32_t state;  /* LIVE, FREED; last, so that a free block's link (at its start) spares it */
 };
+#define LIVE 0x6e657374u  /* "nest" */
+#define FREED 0x66726565u /* "free" */
+_Static_assert(sizeof(struct hdr) == HDR, "the header fills HDR");
 
 /* A new range with room for a block of @size bytes (lock held); what was
  * left of the one before stays unused address space. */
@@ -111,7 +120,7 @@ void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 {
 	if (align < HDR)
 		align = HDR;
-	if (size >= ((size_t)1 << (CLASSES - 1)) || align >= ((size_t)1 << (CLASSES - 1))) /* no overflow below */
+	if (size >= ((size_t)1 << (CLASSES - 1)) || align > ((size_t)1 << 31)) /* no overflow below */
 		return nest_full(size);
 	unsigned cls = MIN_CLASS;
 	/* Room for the header and the alignment: the user pointer is the
@@ -122,32 +131,50 @@ void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 	if (!b)
 		return nest_full(size);
 	uintptr_t user = ((uintptr_t)b + HDR + align - 1) & ~(uintptr_t)(align - 1);
-	struct hdr h = { cls, user - (uintptr_t)b };
+	struct hdr h = { cls, (uint32_t)(user - (uintptr_t)b), LIVE };
 	memcpy((void *)(user - HDR), &h, sizeof(h));
 	if (zero)
 		memset((void *)user, 0, size); /* a reused block holds old bytes */
 	return (void *)user;
 }
 
-static struct hdr hdr_of(const void *p)
+/* @p's header, which must be a live block's.  Never under the NEST lock:
+ * a fatal message may allocate. */
+static struct hdr live_hdr(const void *p, const char *who)
 {
 	struct hdr h;
+	if ((uintptr_t)p % HDR)
+		rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 	memcpy(&h, (const char *)p - HDR, sizeof(h));
+	if (h.state == FREED)
+		rdmalloc_fatal("%s(%p): the block is free already (a double free)", who, p);
+	if (h.state != LIVE || h.cls < MIN_CLASS || h.cls >= CLASSES || h.offset < HDR ||
+	    h.offset >= ((uint64_t)1 << h.cls))
+		rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 	return h;
 }
 
-void rdmalloc_nest_free(void *p)
+void rdmalloc_nest_free(void *p, const char *who)
 {
-	struct hdr h = hdr_of(p);
-	void *b = (char *)p - h.offset;
+	struct hdr h = live_hdr(p, who);
+	uint32_t state, freed = FREED;
 	rdmalloc_lock(RDMALLOC_LOCK_NEST);
+	/* Again under the lock: two threads freeing it at once. */
+	memcpy(&state, (char *)p - sizeof(state), sizeof(state));
+	if (state == LIVE)
+		memcpy((char *)p - sizeof(freed), &freed, sizeof(freed));
+	if (state != LIVE) {
+		rdmalloc_unlock(RDMALLOC_LOCK_NEST);
+		live_hdr(p, who); /* does not return */
+	}
+	void *b = (char *)p - h.offset;
 	memcpy(b, &free_list[h.cls], sizeof(void *));
 	free_list[h.cls] = b;
 	rdmalloc_unlock(RDMALLOC_LOCK_NEST);
 }
 
-size_t rdmalloc_nest_usable(const void *p)
+size_t rdmalloc_nest_usable(const void *p, const char *who)
 {
-	struct hdr h = hdr_of(p);
+	struct hdr h = live_hdr(p, who);
 	return ((size_t)1 << h.cls) - h.offset;
 }

@@ -28,7 +28,9 @@ static inline int rdmalloc_nest_owns(const void *p)
 			return 1;
 	return 0;
 }
-void rdmalloc_nest_free(void *p);
-size_t rdmalloc_nest_usable(const void *p);
+/* Free @p / its usable size.  @p must be a live block of the nest: else
+ * (freed already, or no block's address) they abort, naming @who's call. */
+void rdmalloc_nest_free(void *p, const char *who);
+size_t rdmalloc_nest_usable(const void *p, const char *who);
 
 #endif
