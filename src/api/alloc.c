@@ -160,7 +160,10 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 		/* Into another heap, a jemalloc block grown big, or one of a
 		 * thread not watched yet, which jemalloc may have cleaned up
 		 * (alloc() tells, and serves it: alloc_ended): copy, then free
-		 * the old one. */
+		 * the old one.  A freed block is caught first: the new one
+		 * could be that very block, handed out again. */
+		if (!c->big)
+			rdmalloc_heap_check_live(c->heap, ptr, "rdma_realloc");
 		void *q = alloc(to, size, 0, 0);
 		if (!q)
 			return NULL;

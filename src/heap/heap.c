@@ -407,6 +407,12 @@ void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const
 	return q;
 }
 
+void rdmalloc_heap_check_live(const struct rdmalloc_heap *h, const void *p, const char *who)
+{
+	if (h->check_frees)
+		rdmalloc_freed_check(p, who);
+}
+
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who)
 {
 	struct tc_sync *t;

@@ -112,6 +112,10 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
 void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flags, int *ended);
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
+/* Abort, naming @who, if @p (a jemalloc block of @h) is free already; only
+ * where @h checks frees (every heap of the API; the drop-in's with
+ * RDMALLOC_CHECK_FREE). */
+void rdmalloc_heap_check_live(const struct rdmalloc_heap *h, const void *p, const char *who);
 /*
  * Flush the thread caches whose owners have not used them for their heap's
  * decay time by @now (rdmalloc_now_ns()); safe while the owners run (heap.c

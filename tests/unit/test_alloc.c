@@ -193,6 +193,35 @@ Test(alloc, realloc_of_freed_block_aborts, .signal = SIGABRT)
 	cr_assert(rdma_realloc(p, 200));
 }
 
+/* rdma_realloc of a freed block on a thread not watched yet moves it
+ * (alloc_ended's rule), and the new block came first: from the arena, where
+ * the freed block lay (the trim flushed it out of the cache), at its own
+ * address.  Its key cleared, the realloc "moved" the block onto itself,
+ * freed it and returned it: no abort, and a freed block in the caller's
+ * hands (found in review; issue 23's "reads the old block first").  The
+ * freed block is the first of a new heap's arena, where jemalloc's
+ * first-fit hands it out again. */
+static void *realloc_freed(void *p)
+{
+	return rdma_realloc(p, 100);
+}
+
+Test(alloc, realloc_of_a_freed_block_on_a_new_thread_aborts, .signal = SIGABRT)
+{
+	rdma_heap_t *h = rdma_heap_create(NULL);
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 100), *keep = rdma_heap_malloc(h, 5000); /* the chunk stays */
+	cr_assert(p && keep);
+	rdma_free(p);
+	rdma_malloc_trim(); /* this thread's cache flushed: p is the arena's */
+	pthread_t t;
+	void *q = NULL;
+	cr_assert_eq(pthread_create(&t, NULL, realloc_freed, p), 0);
+	pthread_join(t, &q);
+	cr_log_error("rdma_realloc of a freed block returned %p (the block: %p)", q, p);
+	rdma_free(keep);
+}
+
 /* The old pointer freed after rdma_realloc moved its block: jemalloc's
  * rallocx freed it without the key, and this free went through (the
  * review of issue 23; two rdma_mallocs then returned one block). */
