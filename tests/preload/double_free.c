@@ -19,13 +19,12 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "in_child.h"
 
 /* The defects are the point: gcc 12 sees some of them. */
 #pragma GCC diagnostic ignored "-Wpragmas"
@@ -102,11 +101,23 @@ static void run(enum how how, size_t size)
 	}
 }
 
+struct one_case {
+	enum how how;
+	size_t size;
+};
+
+static void run_case(void *arg)
+{
+	struct one_case *c = arg;
+	run(c->how, c->size);
+}
+
 /* Every way of getting a block the drop-in has: each hands out the block
  * that was freed last (or one of its class), which is then freed again by
  * its new owner: never an abort. */
-static void reuse(void)
+static void reuse(void *arg)
 {
+	(void)arg;
 	for (int round = 0; round < 20000; round++) {
 		size_t size = 8 + (size_t)(round * 37 % 5000);
 		void *p = malloc(size);
@@ -135,44 +146,19 @@ int main(void)
 	int passed = 0, failed = 0;
 	for (int h = 0; h <= FREE_AFTER_REALLOC; h++)
 		for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-			int pfd[2];
-			if (pipe(pfd))
-				return 2;
-			fflush(stdout);
-			pid_t pid = fork();
-			if (pid == 0) {
-				dup2(pfd[1], 2);
-				close(pfd[0]);
-				run(h, sizes[s]);
-				_exit(0);
-			}
-			close(pfd[1]);
-			char out[1024];
-			ssize_t n = read(pfd[0], out, sizeof(out) - 1);
-			out[n > 0 ? n : 0] = '\0';
-			close(pfd[0]);
-			int st = 0;
-			waitpid(pid, &st, 0);
-			char want[80];
+			struct one_case c = { h, sizes[s] };
+			char out[1024], want[80], what[96];
+			int st = in_child(run_case, &c, out, sizeof(out));
 			snprintf(want, sizeof(want), "%s(0x", calls[h]);
-			int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(out, want) &&
-				 strstr(out, "the block is free already");
-			printf("%s %s, %zu B: %s %d%s%s", ok ? "ok  " : "FAIL", hows[h], sizes[s],
-			       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-			       *out ? ", said: " : "\n", out);
+			snprintf(what, sizeof(what), "%s, %zu B", hows[h], sizes[s]);
+			int ok = aborted_saying(st, out, want, "the block is free already");
+			in_child_report(ok, what, st, out);
 			passed += ok, failed += !ok;
 		}
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		reuse();
-		_exit(0);
-	}
-	int st = 0;
-	waitpid(pid, &st, 0);
-	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-	printf("%s blocks freed, handed out again by every call and freed again: %s %d\n", ok ? "ok  " : "FAIL",
-	       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	char out[1024];
+	int st = in_child(reuse, NULL, out, sizeof(out));
+	int ok = st == 0;
+	in_child_report(ok, "blocks freed, handed out again by every call and freed again", st, out);
 	passed += ok, failed += !ok;
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;

@@ -15,19 +15,26 @@
  */
 #include <errno.h>
 #include <malloc.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "in_child.h"
 
 static volatile size_t sink;
 
-static void call(int which, void *p)
+struct one_call {
+	int which;
+	void *p;
+};
+
+/* In the child; returns only if the call accepted foreign memory. */
+static void call(void *arg)
 {
+	int which = ((struct one_call *)arg)->which;
+	void *p = ((struct one_call *)arg)->p;
 	switch (which) {
 	case 0:
 		free(p);
@@ -91,33 +98,14 @@ int main(void)
 	}
 	for (int t = 0; t < (past ? 3 : 2); t++)
 		for (int w = 0; w < 3; w++) {
-			int pfd[2];
-			if (pipe(pfd))
-				return 2;
-			pid_t pid = fork();
-			if (pid == 0) {
-				dup2(pfd[1], 2);
-				close(pfd[0]);
-				call(w, targets[t]);
-				_exit(0); /* survived: the call accepted foreign memory */
-			}
-			close(pfd[1]);
-			char out[1024];
-			ssize_t n = read(pfd[0], out, sizeof(out) - 1);
-			out[n > 0 ? n : 0] = '\0';
-			close(pfd[0]);
-			int st = 0;
-			waitpid(pid, &st, 0);
-			char want[64];
+			struct one_call c = { w, targets[t] };
+			char out[1024], want[64], what[96];
+			int st = in_child(call, &c, out, sizeof(out));
 			snprintf(want, sizeof(want), "%s(%p): not memory from", names[w], targets[t]);
-			int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(out, want);
-			printf("%s %s of %s: %s %d%s%s", ok ? "ok  " : "FAIL", names[w], where[t],
-			       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-			       *out ? ", said: " : "\n", out);
-			if (ok)
-				passed++;
-			else
-				failed++;
+			snprintf(what, sizeof(what), "%s of %s", names[w], where[t]);
+			int ok = aborted_saying(st, out, want, NULL);
+			in_child_report(ok, what, st, out);
+			passed += ok, failed += !ok;
 		}
 	/* Its own memory still works, of every kind. */
 	void *a = malloc(10), *b = malloc(1 << 20), *c = realloc(NULL, 3);

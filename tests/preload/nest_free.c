@@ -15,12 +15,11 @@
  */
 #include <malloc.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "in_child.h"
 
 /* The defects are the point: gcc 12 sees some of them. */
 #pragma GCC diagnostic ignored "-Wpragmas"
@@ -83,6 +82,15 @@ static void *thread(void *arg)
 	return arg;
 }
 
+/* The case @how, in the child: a thread whose destructor runs it. */
+static void run(void *arg)
+{
+	(void)arg;
+	pthread_t t;
+	if (pthread_create(&t, NULL, thread, NULL) || pthread_join(t, NULL))
+		_exit(3);
+}
+
 int main(void)
 {
 	free(malloc(1)); /* the drop-in is ready: the key comes after jemalloc's */
@@ -90,31 +98,10 @@ int main(void)
 		return 2;
 	int passed = 0, failed = 0;
 	for (how = TWICE; how <= REUSE; how++) {
-		int pfd[2];
-		if (pipe(pfd))
-			return 2;
-		fflush(stdout);
-		pid_t pid = fork();
-		if (pid == 0) {
-			dup2(pfd[1], 2);
-			close(pfd[0]);
-			pthread_t t;
-			if (pthread_create(&t, NULL, thread, NULL) || pthread_join(t, NULL))
-				_exit(3);
-			_exit(0);
-		}
-		close(pfd[1]);
 		char out[1024];
-		ssize_t n = read(pfd[0], out, sizeof(out) - 1);
-		out[n > 0 ? n : 0] = '\0';
-		close(pfd[0]);
-		int st = 0;
-		waitpid(pid, &st, 0);
-		int ok = how == REUSE ? WIFEXITED(st) && WEXITSTATUS(st) == 0
-				      : WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(out, says[how]) &&
-						strstr(out, why[how]);
-		printf("%s %s: %s %d%s%s", ok ? "ok  " : "FAIL", hows[how], WIFSIGNALED(st) ? "signal" : "exit",
-		       WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), *out ? ", said: " : "\n", out);
+		int st = in_child(run, NULL, out, sizeof(out));
+		int ok = how == REUSE ? st == 0 : aborted_saying(st, out, says[how], why[how]);
+		in_child_report(ok, hows[how], st, out);
 		passed += ok, failed += !ok;
 	}
 	printf("%d passed, %d failed\n", passed, failed);
