@@ -81,6 +81,7 @@ static void outer_child(void)
 	rdmalloc_heap_fork_child();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
+	rdmalloc_counters_fork_child();
 	rdmalloc_verbs_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 }

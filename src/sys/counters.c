@@ -7,41 +7,62 @@
 #include "compiler.h"
 #include "lock.h"
 #include "log.h"
+#include "os.h"
 
 struct rdmalloc_counters rdmalloc_counters;
 
 /*
  * Lookups happen on the data path of every thread, so each thread counts
- * into a block of its own with plain relaxed loads and stores (no locked
- * instruction, no shared cache line).  Blocks join a list on a thread's first
- * lookup; at thread exit a block's counts move to the totals and the block
- * leaves the list.  Readers sum totals and blocks under the list mutex.
+ * into a slot of its own with plain relaxed loads and stores (no locked
+ * instruction, no shared cache line).  Slots are the library's memory,
+ * never the thread's TLS, which goes with its stack while a slot may stay
+ * listed: one taken in glibc's last round of key destructors is never
+ * given back, and a fork child inherits the other threads' slots.  Pages
+ * of slots are mapped as needed and never unmapped; readers sum every slot
+ * under the LOOKUPS lock.  At thread exit (a key destructor) a slot's
+ * counts move to the totals and the slot to the free list; in a fork
+ * child, every slot but the forking thread's does.
  */
 struct lookup_counts {
 	_Atomic uint64_t ok, failed;
-	struct lookup_counts *next, *prev;
-	int listed;
-};
+	struct lookup_counts *next_free; /* (lock) */
+	int used;                        /* (lock) a thread's */
+} __attribute__((aligned(64)));
 
-static RDMALLOC_TLS struct lookup_counts tl_lookups;
-static struct lookup_counts *lookups_list;
-static uint64_t lookups_ok_gone, lookups_failed_gone; /* of exited threads */
+#define PAGE_SLOTS (4096 / sizeof(struct lookup_counts))
+#define MAX_PAGES 1024 /* 65536 threads at once */
+static struct lookup_counts first_page[PAGE_SLOTS];
+static struct lookup_counts *pages[MAX_PAGES] = { first_page }; /* (lock) */
+static unsigned npages = 1, page_used;                          /* (lock) slots handed out of the last */
+static struct lookup_counts *free_slots;                        /* (lock) */
+/* Where a thread counts when no slot can be had (65536 threads at once, or
+ * no memory for a page): shared, so its counts may be off. */
+static struct lookup_counts spill;
+static RDMALLOC_TLS struct lookup_counts *tl_slot;
+static uint64_t lookups_ok_gone, lookups_failed_gone; /* (lock) of exited threads */
 static pthread_key_t lookups_key;
 static pthread_once_t lookups_once = PTHREAD_ONCE_INIT;
+
+/* Lock held. */
+static void give_back(struct lookup_counts *t)
+{
+	lookups_ok_gone += atomic_load_explicit(&t->ok, memory_order_relaxed);
+	lookups_failed_gone += atomic_load_explicit(&t->failed, memory_order_relaxed);
+	atomic_store_explicit(&t->ok, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->failed, 0, memory_order_relaxed);
+	t->used = 0;
+	t->next_free = free_slots;
+	free_slots = t;
+}
 
 static void lookups_thread_exit(void *arg)
 {
 	struct lookup_counts *t = arg;
+	tl_slot = NULL; /* a later destructor's lookup takes one again */
+	if (t == &spill)
+		return;
 	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
-	lookups_ok_gone += atomic_load_explicit(&t->ok, memory_order_relaxed);
-	lookups_failed_gone += atomic_load_explicit(&t->failed, memory_order_relaxed);
-	if (t->prev)
-		t->prev->next = t->next;
-	else
-		lookups_list = t->next;
-	if (t->next)
-		t->next->prev = t->prev;
-	t->listed = 0;
+	give_back(t);
 	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 }
 
@@ -51,38 +72,73 @@ static void lookups_key_create(void)
 		rdmalloc_fatal("pthread_key_create for the lookup counters failed");
 }
 
-static __attribute__((noinline)) void lookups_join(struct lookup_counts *t)
+/* Lock held: a free slot, or a new one; NULL when there is none. */
+static struct lookup_counts *take_slot(void)
+{
+	struct lookup_counts *t = free_slots;
+	if (t) {
+		free_slots = t->next_free;
+		return t;
+	}
+	if (page_used == PAGE_SLOTS) {
+		if (npages == MAX_PAGES)
+			return NULL;
+		struct lookup_counts *page = rdmalloc_os_map(4096); /* zeroed */
+		if (!page)
+			return NULL;
+		pages[npages++] = page;
+		page_used = 0;
+	}
+	return &pages[npages - 1][page_used++];
+}
+
+static __attribute__((noinline)) struct lookup_counts *lookups_join(void)
 {
 	pthread_once(&lookups_once, lookups_key_create);
 	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
-	t->prev = NULL;
-	t->next = lookups_list;
-	if (lookups_list)
-		lookups_list->prev = t;
-	lookups_list = t;
-	t->listed = 1;
+	struct lookup_counts *t = take_slot();
+	if (t)
+		t->used = 1;
 	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
+	if (!t) {
+		t = &spill;
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "no counter slot for a thread's key lookups (65536 threads, "
+				  "or no memory): such threads share one, and the lookup counts may be low");
+	}
+	tl_slot = t;
 	pthread_setspecific(lookups_key, t);
+	return t;
 }
 
 void rdmalloc_stat_lookup(int ok)
 {
-	struct lookup_counts *t = &tl_lookups;
-	if (unlikely(!t->listed))
-		lookups_join(t);
+	struct lookup_counts *t = tl_slot;
+	if (unlikely(!t))
+		t = lookups_join();
 	_Atomic uint64_t *c = ok ? &t->ok : &t->failed;
 	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+void rdmalloc_counters_fork_child(void)
+{
+	/* One thread, no lock needed: the others' slots are free again. */
+	for (unsigned i = 0; i < npages; i++)
+		for (unsigned k = 0; k < (i + 1 < npages ? PAGE_SLOTS : page_used); k++)
+			if (pages[i][k].used && &pages[i][k] != tl_slot)
+				give_back(&pages[i][k]);
 }
 
 static void sum_lookups(uint64_t *ok, uint64_t *failed)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
-	*ok = lookups_ok_gone;
-	*failed = lookups_failed_gone;
-	for (struct lookup_counts *t = lookups_list; t; t = t->next) {
-		*ok += atomic_load_explicit(&t->ok, memory_order_relaxed);
-		*failed += atomic_load_explicit(&t->failed, memory_order_relaxed);
-	}
+	*ok = lookups_ok_gone + atomic_load_explicit(&spill.ok, memory_order_relaxed);
+	*failed = lookups_failed_gone + atomic_load_explicit(&spill.failed, memory_order_relaxed);
+	for (unsigned i = 0; i < npages; i++)
+		for (unsigned k = 0; k < (i + 1 < npages ? PAGE_SLOTS : page_used); k++) {
+			*ok += atomic_load_explicit(&pages[i][k].ok, memory_order_relaxed);
+			*failed += atomic_load_explicit(&pages[i][k].failed, memory_order_relaxed);
+		}
 	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 }
 

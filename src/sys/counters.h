@@ -32,8 +32,11 @@ static inline void rdmalloc_stat_max(_Atomic uint64_t *peak, uint64_t v)
 }
 
 /* Lookups happen on the data path of every thread: each thread counts into
- * its own block, summed when the stats are read. */
+ * a slot of its own, summed when the stats are read (counters.c). */
 void rdmalloc_stat_lookup(int ok);
+/* In a fork child (one thread, no lock taken): the slots of the parent's
+ * other threads are free again, their counts kept in the totals. */
+void rdmalloc_counters_fork_child(void);
 
 /* Every counter into @st, lookups summed over the threads (takes the
  * LOOKUPS lock); derived fields are the caller's. */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "fake_verbs.h"
 #include "options.h"
@@ -224,6 +226,119 @@ Test(stats, lookups_of_exited_threads_still_count)
 	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
 	cr_assert_eq(st.lookups, 500);
 	cr_assert_eq(st.lookup_failures, 5);
+	rdma_free(p);
+}
+
+/* The lookup counters were blocks in each thread's TLS on a global list,
+ * unlinked by a key destructor.  A first lookup in glibc's last round of
+ * key destructors (PTHREAD_DESTRUCTOR_ITERATIONS, 4) linked a block that
+ * no destructor unlinked, and the next stats read walked into the dead
+ * thread's TLS, gone with its stack (found in review, as the thread caches'
+ * same bug).  The thread runs on a stack of ours, unmapped after the
+ * join. */
+static pthread_key_t late_key;
+static void *late_p;
+
+static void late_lookup(void *arg)
+{
+	uintptr_t round = (uintptr_t)arg;
+	if (round < 4)
+		pthread_setspecific(late_key, (void *)(round + 1));
+	else
+		rdma_malloc_keys(late_p, 1, NULL, NULL, NULL);
+}
+
+static void *arm_late_lookup(void *arg)
+{
+	pthread_setspecific(late_key, (void *)1);
+	return arg;
+}
+
+Test(stats, a_lookup_in_the_last_destructor_round)
+{
+	fake_verbs_install(1);
+	late_p = rdma_malloc(64);
+	cr_assert(late_p);
+	lookup_100(late_p); /* the counters' key is made before late_key: its destructor runs first in a round */
+	cr_assert_eq(pthread_key_create(&late_key, late_lookup), 0);
+	enum { STACK = 1 << 20 };
+	void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert(stack != MAP_FAILED);
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	cr_assert_eq(pthread_attr_setstack(&a, stack, STACK), 0);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, &a, arm_late_lookup, NULL), 0);
+	pthread_join(t, NULL);
+	pthread_attr_destroy(&a);
+	cr_assert_eq(munmap(stack, STACK), 0);
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	cr_assert_eq(st.lookups, 101, "%llu lookups", (unsigned long long)st.lookups);
+	pthread_key_delete(late_key);
+	rdma_free(late_p);
+}
+
+/* A fork child has one thread, but the list still linked the blocks of the
+ * parent's other threads, in their TLS: once the child's own threads come
+ * and go, glibc reuses or unmaps those stacks, and the child's stats read
+ * walked into them (a crash, or a list looped by a new thread's block at
+ * an old one's address: a hang). */
+enum { FORK_THREADS = 8 };
+static pthread_barrier_t fork_up, fork_down;
+
+static void *lookup_then_wait(void *p)
+{
+	lookup_100(p);
+	pthread_barrier_wait(&fork_up);
+	pthread_barrier_wait(&fork_down); /* alive across the fork */
+	return NULL;
+}
+
+static void *nothing(void *arg)
+{
+	return arg;
+}
+
+Test(stats, lookups_in_a_fork_child, .timeout = 60)
+{
+	fake_verbs_install(1);
+	void *p = rdma_malloc(64);
+	cr_assert(p);
+	pthread_barrier_init(&fork_up, NULL, FORK_THREADS + 1);
+	pthread_barrier_init(&fork_down, NULL, FORK_THREADS + 1);
+	pthread_t th[FORK_THREADS];
+	for (int i = 0; i < FORK_THREADS; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, lookup_then_wait, p), 0);
+	pthread_barrier_wait(&fork_up);
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* 8 dead threads' stacks (8 MiB each) are over glibc's 40 MiB
+		 * cache: threads created and joined reuse some, unmap others. */
+		for (int i = 0; i < 4; i++) {
+			pthread_t t;
+			if (pthread_create(&t, NULL, i % 2 ? nothing : lookup_100, p) == 0)
+				pthread_join(t, NULL);
+		}
+		struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+		if (rdma_malloc_stats_get(&st))
+			_exit(2);
+		/* The parent's threads' 808 (the child's past) and the child's
+		 * two threads' 202 (failures: the child has none of the
+		 * parent's registrations). */
+		uint64_t all = st.lookups + st.lookup_failures;
+		if (all != 1010)
+			fprintf(stderr, "%llu lookups and failures, not 1010\n", (unsigned long long)all);
+		_exit(all == 1010 ? 0 : 3);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	pthread_barrier_wait(&fork_down);
+	for (int i = 0; i < FORK_THREADS; i++)
+		pthread_join(th[i], NULL);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child: %s %d",
+		  WIFSIGNALED(status) ? "killed by signal" : "exit",
+		  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 	rdma_free(p);
 }
 
