@@ -120,8 +120,10 @@ void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 {
 	if (align < HDR)
 		align = HDR;
-	if (size >= ((size_t)1 << (CLASSES - 1)) || align > ((size_t)1 << 31)) /* no overflow below */
-		return nest_full(size);
+	if (size >= ((size_t)1 << (CLASSES - 1)) || align > ((size_t)1 << 31)) { /* no overflow below */
+		errno = ENOMEM; /* no block holds it: the answer, not a fallback */
+		return NULL;
+	}
 	unsigned cls = MIN_CLASS;
 	/* Room for the header and the alignment: the user pointer is the
 	 * first multiple of @align at least HDR bytes into the block. */
@@ -138,19 +140,35 @@ void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 	return (void *)user;
 }
 
-/* @p's header, which must be a live block's.  Never under the NEST lock:
- * a fatal message may allocate. */
+static _Noreturn void bad_block(const void *p, uint32_t state, const char *who)
+{
+	if (state == FREED)
+		rdmalloc_fatal("%s(%p): the block is free already (a double free)", who, p);
+	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
+}
+
+/* @p's header, which must be a live block's: @p a user pointer whose header
+ * says LIVE, of a block where block_get carves one of its class, inside
+ * @p's range.  (An address inside a block whose bytes before it happen to
+ * read as such a header is taken for one: a program's bug we cannot tell.)
+ * Never under the NEST lock: a fatal message may allocate. */
 static struct hdr live_hdr(const void *p, const char *who)
 {
+	uintptr_t u = (uintptr_t)p, lo = 0, len = 0;
+	unsigned n = __atomic_load_n(&rdmalloc_nest_ranges, __ATOMIC_ACQUIRE);
+	for (unsigned i = 0; i < n && !len; i++)
+		if (u - rdmalloc_nest_lo[i] < rdmalloc_nest_len[i])
+			lo = rdmalloc_nest_lo[i], len = rdmalloc_nest_len[i];
+	if (!len || u % HDR || u - lo < HDR)
+		bad_block(p, LIVE, who);
 	struct hdr h;
-	if ((uintptr_t)p % HDR)
-		rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 	memcpy(&h, (const char *)p - HDR, sizeof(h));
-	if (h.state == FREED)
-		rdmalloc_fatal("%s(%p): the block is free already (a double free)", who, p);
 	if (h.state != LIVE || h.cls < MIN_CLASS || h.cls >= CLASSES || h.offset < HDR ||
 	    h.offset >= ((uint64_t)1 << h.cls))
-		rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
+		bad_block(p, h.state, who);
+	uintptr_t b = u - h.offset, size = (uintptr_t)1 << h.cls;
+	if (b < lo || size > len || b - lo > len - size || b % (size < 4096 ? size : 4096))
+		bad_block(p, LIVE, who);
 	return h;
 }
 
@@ -159,14 +177,15 @@ void rdmalloc_nest_free(void *p, const char *who)
 	struct hdr h = live_hdr(p, who);
 	uint32_t state, freed = FREED;
 	rdmalloc_lock(RDMALLOC_LOCK_NEST);
-	/* Again under the lock: two threads freeing it at once. */
+	/* Again under the lock: two threads freeing it at once.  (Its
+	 * message from the state read here: a third thread may have the
+	 * block again by now.) */
 	memcpy(&state, (char *)p - sizeof(state), sizeof(state));
-	if (state == LIVE)
-		memcpy((char *)p - sizeof(freed), &freed, sizeof(freed));
 	if (state != LIVE) {
 		rdmalloc_unlock(RDMALLOC_LOCK_NEST);
-		live_hdr(p, who); /* does not return */
+		bad_block(p, state, who);
 	}
+	memcpy((char *)p - sizeof(freed), &freed, sizeof(freed));
 	void *b = (char *)p - h.offset;
 	memcpy(b, &free_list[h.cls], sizeof(void *));
 	free_list[h.cls] = b;

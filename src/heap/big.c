@@ -254,19 +254,24 @@ void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)
 	release(out, now);
 }
 
-void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
-			   void *(*small)(struct rdmalloc_heap *h, size_t size), const char *who)
+void rdmalloc_big_check_live(const struct rdmalloc_chunk *c, const void *p, const char *who)
 {
 	if ((uintptr_t)p != c->base)
 		rdmalloc_fatal("%s(%p): inside a block of rdmalloc's (at %p), not at its start", who, p,
 			       (void *)c->base);
-	/* A freed block is on its heap's list: neither kept nor copied from
-	 * (another thread may hold it already). */
 	rdmalloc_lock(RDMALLOC_LOCK_BIG);
 	int freed = c->owner_word != 0;
 	rdmalloc_unlock(RDMALLOC_LOCK_BIG);
 	if (freed)
 		rdmalloc_freed_abort(who, p);
+}
+
+void *rdmalloc_big_realloc(struct rdmalloc_chunk *c, void *p, size_t size,
+			   void *(*small)(struct rdmalloc_heap *h, size_t size), const char *who)
+{
+	/* A freed block is on its heap's list: neither kept nor copied from
+	 * (another thread may hold it already). */
+	rdmalloc_big_check_live(c, p, who);
 	int big = rdmalloc_big_wanted(c->heap, size, 0);
 	if (size <= c->size && size > c->size / 2 && big)
 		return p;

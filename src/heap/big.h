@@ -82,6 +82,10 @@ void *rdmalloc_big_alloc(struct rdmalloc_heap *h, size_t size, size_t align, int
  * the message when @p is not the block's start, or the block is free
  * already (a double free): both abort. */
 void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who);
+/* Abort, naming the call @who, unless @p is the start of @c's block and the
+ * block is live (before a realloc allocates its new block, which could be
+ * the freed one). */
+void rdmalloc_big_check_live(const struct rdmalloc_chunk *c, const void *p, const char *who);
 /* The usable size of big chunk @c's block. */
 static inline size_t rdmalloc_big_usable(const struct rdmalloc_chunk *c)
 {
