@@ -30,7 +30,7 @@
 	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD table, creators")  \
 	X(BIG, INNER, "every heap's freed big blocks kept for reuse")                        \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \
-	X(LOOKUPS, INNER, "the per-thread lookup counters' list")                            \
+	X(LOOKUPS, INNER, "the per-thread lookup counters' slots")                            \
 	X(ELIDED, INNER, "the drop-in's elided-region records and its PD entries")           \
 	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")     \
 	X(CREW, INNER, "the registration crew's queue of jobs and its parts under way")
