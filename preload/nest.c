@@ -129,7 +129,11 @@ void *rdmalloc_nest_alloc(size_t size, size_t align, int zero)
 	 * first multiple of @align at least HDR bytes into the block. */
 	while (cls < CLASSES && ((size_t)1 << cls) < size + align + HDR)
 		cls++;
-	char *b = cls < CLASSES ? block_get(cls) : NULL;
+	if (cls == CLASSES) { /* over the largest block, 16 GiB */
+		errno = ENOMEM;
+		return NULL;
+	}
+	char *b = block_get(cls);
 	if (!b)
 		return nest_full(size);
 	uintptr_t user = ((uintptr_t)b + HDR + align - 1) & ~(uintptr_t)(align - 1);

@@ -129,6 +129,17 @@ void rdmalloc_counters_fork_child(void)
 				give_back(&pages[i][k]);
 }
 
+RDMALLOC_TESTABLE unsigned rdmalloc_counters_slots_used(void)
+{
+	unsigned n = 0;
+	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
+	for (unsigned i = 0; i < npages; i++)
+		for (unsigned k = 0; k < (i + 1 < npages ? PAGE_SLOTS : page_used); k++)
+			n += pages[i][k].used;
+	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
+	return n;
+}
+
 static void sum_lookups(uint64_t *ok, uint64_t *failed)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);

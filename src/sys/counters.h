@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "compiler.h"
 #include "rdma_malloc.h"
 
 struct rdmalloc_counters {
@@ -37,6 +38,8 @@ void rdmalloc_stat_lookup(int ok);
 /* In a fork child (one thread, no lock taken): the slots of the parent's
  * other threads are free again, their counts kept in the totals. */
 void rdmalloc_counters_fork_child(void);
+/* Test-only: the slots threads hold now. */
+RDMALLOC_TESTABLE unsigned rdmalloc_counters_slots_used(void);
 
 /* Every counter into @st, lookups summed over the threads (takes the
  * LOOKUPS lock); derived fields are the caller's. */
