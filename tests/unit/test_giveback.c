@@ -26,6 +26,7 @@
 #include "fake_verbs.h"
 #include "reserve.h"
 #include "heap.h"
+#include "own_stack.h"
 #include "rdma_malloc.h"
 
 #define KiB ((size_t)1 << 10)
@@ -457,27 +458,17 @@ Test(giveback, a_cache_made_in_the_last_destructor_round)
 	cr_assert(late_heap);
 	cr_assert_eq(pthread_key_create(&late_key, late_destructor), 0);
 	unsigned base = rdmalloc_heap_live_caches();
-	enum { STACK = 1 << 20 };
 	for (uintptr_t used = 0; used < 2; used++) {
 		late_block = rdma_heap_malloc(late_heap, 64);
 		cr_assert(late_block);
 		unsigned before = rdmalloc_heap_live_caches();
-		void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		cr_assert(stack != MAP_FAILED);
-		pthread_attr_t a;
-		pthread_attr_init(&a);
-		cr_assert_eq(pthread_attr_setstack(&a, stack, STACK), 0);
-		pthread_t t;
 		atomic_store(&late_rounds, 0);
-		cr_assert_eq(pthread_create(&t, &a, late_thread, (void *)used), 0);
-		pthread_join(t, NULL);
-		pthread_attr_destroy(&a);
+		cr_assert_eq(run_on_own_stack(late_thread, (void *)used), 0);
 		cr_assert_eq(atomic_load(&late_rounds), 4, "the destructor's last round was %d, not 4",
 			     atomic_load(&late_rounds));
 		cr_assert_eq(rdmalloc_heap_live_caches(), before + !used, "%s: %u caches, %u before",
 			     used ? "a thread that ended with caches" : "a thread that only read the stats",
 			     rdmalloc_heap_live_caches(), before);
-		cr_assert_eq(munmap(stack, STACK), 0);
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;

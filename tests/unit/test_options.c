@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "counters.h"
 #include "fake_verbs.h"
 #include "options.h"
+#include "own_stack.h"
 #include "reserve.h"
 #include "rdma_malloc.h"
 
@@ -262,17 +262,7 @@ Test(stats, a_lookup_in_the_last_destructor_round)
 	cr_assert(late_p);
 	lookup_100(late_p); /* the counters' key is made before late_key: its destructor runs first in a round */
 	cr_assert_eq(pthread_key_create(&late_key, late_lookup), 0);
-	enum { STACK = 1 << 20 };
-	void *stack = mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	cr_assert(stack != MAP_FAILED);
-	pthread_attr_t a;
-	pthread_attr_init(&a);
-	cr_assert_eq(pthread_attr_setstack(&a, stack, STACK), 0);
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, &a, arm_late_lookup, NULL), 0);
-	pthread_join(t, NULL);
-	pthread_attr_destroy(&a);
-	cr_assert_eq(munmap(stack, STACK), 0);
+	cr_assert_eq(run_on_own_stack(arm_late_lookup, NULL), 0);
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
 	cr_assert_eq(st.lookups, 101, "%llu lookups", (unsigned long long)st.lookups);
