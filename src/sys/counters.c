@@ -72,6 +72,12 @@ static void lookups_key_create(void)
 		rdmalloc_fatal("pthread_key_create for the lookup counters failed");
 }
 
+/* Lock held (or a fork child): the slots handed out of page @i. */
+static unsigned slots_in(unsigned i)
+{
+	return i + 1 < npages ? PAGE_SLOTS : page_used;
+}
+
 /* Lock held: a free slot, or a new one; NULL when there is none. */
 static struct lookup_counts *take_slot(void)
 {
@@ -124,7 +130,7 @@ void rdmalloc_counters_fork_child(void)
 {
 	/* One thread, no lock needed: the others' slots are free again. */
 	for (unsigned i = 0; i < npages; i++)
-		for (unsigned k = 0; k < (i + 1 < npages ? PAGE_SLOTS : page_used); k++)
+		for (unsigned k = 0; k < slots_in(i); k++)
 			if (pages[i][k].used && &pages[i][k] != tl_slot)
 				give_back(&pages[i][k]);
 }
@@ -134,7 +140,7 @@ RDMALLOC_TESTABLE unsigned rdmalloc_counters_slots_used(void)
 	unsigned n = 0;
 	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
 	for (unsigned i = 0; i < npages; i++)
-		for (unsigned k = 0; k < (i + 1 < npages ? PAGE_SLOTS : page_used); k++)
+		for (unsigned k = 0; k < slots_in(i); k++)
 			n += pages[i][k].used;
 	rdmalloc_unlock(RDMALLOC_LOCK_LOOKUPS);
 	return n;
@@ -146,7 +152,7 @@ static void sum_lookups(uint64_t *ok, uint64_t *failed)
 	*ok = lookups_ok_gone + atomic_load_explicit(&spill.ok, memory_order_relaxed);
 	*failed = lookups_failed_gone + atomic_load_explicit(&spill.failed, memory_order_relaxed);
 	for (unsigned i = 0; i < npages; i++)
-		for (unsigned k = 0; k < (i + 1 < npages ? PAGE_SLOTS : page_used); k++) {
+		for (unsigned k = 0; k < slots_in(i); k++) {
 			*ok += atomic_load_explicit(&pages[i][k].ok, memory_order_relaxed);
 			*failed += atomic_load_explicit(&pages[i][k].failed, memory_order_relaxed);
 		}
