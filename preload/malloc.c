@@ -375,14 +375,12 @@ static __attribute__((noinline)) void *realloc_moving(void *p, size_t size)
 {
 	/* First, p checked for a double free where its heap checks: the new
 	 * block could be p, handed out again. */
-	if (!rdmalloc_nest_owns(p)) { /* the nest's usable() checks */
-		struct rdmalloc_chunk *c = preload_memory(p) ? NULL : rdmalloc_addrmap_lookup(p);
-		if (c && c->big)
-			rdmalloc_big_check_live(c, p, "realloc");
-		else if (c)
-			rdmalloc_heap_check_live(c->heap, p, "realloc");
-		else if (check_free && preload_memory(p))
+	struct rdmalloc_chunk *c;
+	if (preload_memory(p)) {
+		if (check_free)
 			rdmalloc_freed_check(p, "realloc");
+	} else if (!rdmalloc_nest_owns(p) && (c = rdmalloc_addrmap_lookup(p))) { /* the nest's usable() checks */
+		rdmalloc_heap_check_live(c, p, "realloc");
 	}
 	size_t old = usable(p, "realloc");
 	void *q = rdmalloc_tl_in_verbs ? rdmalloc_nest_alloc(size, 0, 0) : malloc(size);

@@ -162,10 +162,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 		 * (alloc() tells, and serves it: alloc_ended): copy, then free
 		 * the old one.  A freed block is caught first: the new one
 		 * could be that very block, handed out again. */
-		if (c->big)
-			rdmalloc_big_check_live(c, ptr, "rdma_realloc");
-		else
-			rdmalloc_heap_check_live(c->heap, ptr, "rdma_realloc");
+		rdmalloc_heap_check_live(c, ptr, "rdma_realloc");
 		void *q = alloc(to, size, 0, 0);
 		if (!q)
 			return NULL;

@@ -395,11 +395,17 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 	return h->check_frees ? rdmalloc_freed_clear(p) : p;
 }
 
+/* Abort if @p, a jemalloc block of @h, is free already, where @h checks. */
+static void check_live(const struct rdmalloc_heap *h, const void *p, const char *who)
+{
+	if (h->check_frees)
+		rdmalloc_freed_check(p, who);
+}
+
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who)
 {
 	struct tc_sync *t;
-	if (h->check_frees)
-		rdmalloc_freed_check(p, who);
+	check_live(h, p, who);
 	int tcflag = cache_enter(h, &t);
 	int flags = MALLOCX_ARENA(h->arenas[0]) | tcflag;
 	void *q = h->check_frees ? rdmalloc_freed_realloc(p, size, flags, tcflag, who) : rdmalloc_rallocx(p, size, flags);
@@ -407,10 +413,12 @@ void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const
 	return q;
 }
 
-void rdmalloc_heap_check_live(const struct rdmalloc_heap *h, const void *p, const char *who)
+void rdmalloc_heap_check_live(const struct rdmalloc_chunk *c, const void *p, const char *who)
 {
-	if (h->check_frees)
-		rdmalloc_freed_check(p, who);
+	if (c->big)
+		rdmalloc_big_check_live(c, p, who);
+	else
+		check_live(c->heap, p, who);
 }
 
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who)

@@ -13,6 +13,7 @@
 #include "rdma_malloc.h"
 
 struct rdmalloc_heap;
+struct rdmalloc_chunk;
 
 /* Initialisation (init.h): the heaps' tick and thread-exit key, with the
  * core; the default heap, with RDMA (NULL until then). */
@@ -112,10 +113,12 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
 void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flags, int *ended);
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
 void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
-/* Abort, naming @who, if @p (a jemalloc block of @h) is free already; only
- * where @h checks frees (every heap of the API; the drop-in's with
+/* Abort, naming @who, if @p, a block of chunk @c, is free already (before
+ * a realloc allocates its new block, which could be the freed one): a big
+ * block always (and one @p not at its start), a jemalloc block where its
+ * heap checks frees (every heap of the API; the drop-in's with
  * RDMALLOC_CHECK_FREE). */
-void rdmalloc_heap_check_live(const struct rdmalloc_heap *h, const void *p, const char *who);
+void rdmalloc_heap_check_live(const struct rdmalloc_chunk *c, const void *p, const char *who);
 /*
  * Flush the thread caches whose owners have not used them for their heap's
  * decay time by @now (rdmalloc_now_ns()); safe while the owners run (heap.c
