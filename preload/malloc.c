@@ -280,6 +280,8 @@ PRELOAD_API void *calloc(size_t n, size_t size)
  * would turn into a crash far from here, or silent corruption. */
 static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, const void *p)
 {
+	if (rdmalloc_chunk_idle_at(p)) /* of an rdma_* heap's chunk given back */
+		rdmalloc_freed_abort(who, p);
 	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 }
 
@@ -319,7 +321,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 	else if (c->heap == pheap)
 		free_auto(p, 0, "free");
 	else
-		rdmalloc_heap_dallocx(c->heap, p, "free"); /* an rdma_* heap */
+		rdmalloc_heap_dallocx(c, p, "free"); /* an rdma_* heap */
 }
 
 /* C++ sized delete's slow path: the same with the size known. */

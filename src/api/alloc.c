@@ -8,6 +8,7 @@
 #include "calls.h"
 #include "chunk.h"
 #include "crew.h"
+#include "freed.h"
 #include "heap.h"
 #include "heaps.h"
 #include "init.h"
@@ -27,13 +28,22 @@ static inline void start_reserve(void)
 		rdmalloc_crew_start();
 }
 
-/* The chunk of @ptr; an address that is not ours is fatal, as glibc's
- * free() treats an invalid pointer. */
+/* @ptr is of no live chunk: fatal.  In a chunk given back, it was freed
+ * before (a double free); else not ours, as glibc's free() treats an
+ * invalid pointer. */
+static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, const void *ptr)
+{
+	if (rdmalloc_chunk_idle_at(ptr))
+		rdmalloc_freed_abort(who, ptr);
+	rdmalloc_fatal("%s(%p): not memory from rdmalloc", who, ptr);
+}
+
+/* The chunk of @ptr; an address that is not ours is fatal. */
 static inline struct rdmalloc_chunk *chunk_of(const void *ptr, const char *who)
 {
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
 	if (unlikely(!c))
-		rdmalloc_fatal("%s(%p): not memory from rdmalloc", who, ptr);
+		not_ours(who, ptr);
 	return c;
 }
 
@@ -118,7 +128,7 @@ static void release(struct rdmalloc_chunk *c, void *ptr, const char *who)
 	if (c->big)
 		rdmalloc_big_free(c, ptr, who);
 	else
-		rdmalloc_heap_dallocx(c->heap, ptr, who);
+		rdmalloc_heap_dallocx(c, ptr, who);
 }
 
 static int bad_alignment(size_t alignment)

@@ -10,7 +10,10 @@
  * between.  A block freed, handed out again and freed twice by its two
  * owners is not caught (nor by glibc).  A live block holds the key only if
  * the program copied it out of freed memory: a false abort needs a
- * use-after-free read.
+ * use-after-free read.  The key goes when jemalloc gives the block's pages
+ * back (decommits them: the decay, a trim) and the kernel zeroes them; a
+ * block whose first word reads 0 is looked up in its chunk's idle map
+ * (rdmalloc_chunk_idle_at), which says whether its page is given back.
  *
  * The cost: free loads and stores the block's first word (its cache line),
  * malloc loads it (a line the program is about to write): up to 25% where
@@ -25,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "chunk.h"
 #include "compiler.h"
 
 typedef uint64_t __attribute__((may_alias)) rdmalloc_freed_word;
@@ -38,20 +42,33 @@ _Noreturn void rdmalloc_freed_abort(const char *who, const void *p);
 /* Set the key (once, before the first heap is made). */
 void rdmalloc_freed_init(void);
 
-/* Before jemalloc frees @p: abort if it is free already, else mark it. */
-static inline void rdmalloc_freed_mark(void *p, const char *who)
+/* Whether @p, whose first word is @w, is free already: the key, or zeros
+ * in a page given back (of chunk @c when known, else NULL). */
+static inline int rdmalloc_freed_is(const void *p, uint64_t w, const struct rdmalloc_chunk *c)
+{
+	return unlikely(w == rdmalloc_freed_key) ||
+	       (unlikely(w == 0) && (c ? rdmalloc_chunk_idle_in(c, p) : rdmalloc_chunk_idle_at(p)));
+}
+
+/* Before jemalloc frees @p (of chunk @c, or NULL: not known): abort if it
+ * is free already, else mark it. */
+static inline void rdmalloc_freed_mark_in(const struct rdmalloc_chunk *c, void *p, const char *who)
 {
 	rdmalloc_freed_word *w = p;
-	uint64_t key = rdmalloc_freed_key;
-	if (unlikely(*w == key))
+	if (rdmalloc_freed_is(p, *w, c))
 		rdmalloc_freed_abort(who, p);
-	*w = key;
+	*w = rdmalloc_freed_key;
+}
+
+static inline void rdmalloc_freed_mark(void *p, const char *who)
+{
+	rdmalloc_freed_mark_in(NULL, p, who);
 }
 
 /* Before realloc of @p: abort if it is free already. */
 static inline void rdmalloc_freed_check(const void *p, const char *who)
 {
-	if (unlikely(*(const rdmalloc_freed_word *)p == rdmalloc_freed_key))
+	if (rdmalloc_freed_is(p, *(const rdmalloc_freed_word *)p, NULL))
 		rdmalloc_freed_abort(who, p);
 }
 

@@ -421,11 +421,12 @@ void rdmalloc_heap_check_live(const struct rdmalloc_chunk *c, const void *p, con
 		check_live(c->heap, p, who);
 }
 
-void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who)
+void rdmalloc_heap_dallocx(const struct rdmalloc_chunk *c, void *p, const char *who)
 {
+	struct rdmalloc_heap *h = c->heap;
 	struct tc_sync *t;
 	if (h->check_frees)
-		rdmalloc_freed_mark(p, who);
+		rdmalloc_freed_mark_in(c, p, who);
 	int flags = cache_enter(h, &t);
 	rdmalloc_dallocx(p, flags);
 	cache_leave(t);

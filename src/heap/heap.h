@@ -112,7 +112,9 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
  */
 void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flags, int *ended);
 void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
-void rdmalloc_heap_dallocx(struct rdmalloc_heap *h, void *p, const char *who);
+/* Free @p, a jemalloc block of chunk @c (its heap's), checked where the
+ * heap checks frees. */
+void rdmalloc_heap_dallocx(const struct rdmalloc_chunk *c, void *p, const char *who);
 /* Abort, naming @who, if @p, a block of chunk @c, is free already (before
  * a realloc allocates its new block, which could be the freed one): a big
  * block always (and one @p not at its start), a jemalloc block where its

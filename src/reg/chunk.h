@@ -122,6 +122,13 @@ enum rdmalloc_chunk_state {
 				    attach and detach walk it, access changes leave it to the hand-over */
 };
 
+#define RDMALLOC_GRANULE_SHIFT 21
+#define RDMALLOC_GRANULE ((size_t)1 << RDMALLOC_GRANULE_SHIFT)
+/* The grain of jemalloc's commits and decommits (its PAGE, 4 KiB on
+ * x86-64; a multiple of it elsewhere). */
+#define RDMALLOC_IDLE_PAGE_SHIFT 12
+#define RDMALLOC_IDLE_PAGE ((size_t)1 << RDMALLOC_IDLE_PAGE_SHIFT)
+
 /*
  * A chunk is one allocation of an extent hook: jemalloc's extent
  * [base, base + size).  Chunks are aligned to RDMALLOC_GRANULE, so each
@@ -156,6 +163,12 @@ struct rdmalloc_chunk {
 			      registration for an on-demand one */
 	unsigned discarding; /* decommitted ranges of a plain chunk being discarded (MADV_DONTNEED):
 				no registration starts meanwhile (demand.c) */
+	/* A bit per page (RDMALLOC_IDLE_PAGE) jemalloc has decommitted, for
+	 * chunks jemalloc uses of a heap that gives memory back: no block
+	 * lies there (rdmalloc_chunk_idle_at).  Written under the chunk lock,
+	 * read without it.  idle_inline for chunks of up to a granule. */
+	_Atomic(uint64_t) *idle_pages;
+	_Atomic(uint64_t) idle_inline[RDMALLOC_GRANULE / RDMALLOC_IDLE_PAGE / 64];
 	/* The heap layer's, for a big chunk (heap/big.c, under its lock): */
 	struct rdmalloc_chunk *owner_next, *owner_prev;
 	uint64_t owner_word;
@@ -163,8 +176,6 @@ struct rdmalloc_chunk {
 	struct rdmalloc_chunk *next, *prev; /* all chunks, given-back ones included */
 };
 
-#define RDMALLOC_GRANULE_SHIFT 21
-#define RDMALLOC_GRANULE ((size_t)1 << RDMALLOC_GRANULE_SHIFT)
 
 /* The leaf lock of the chunk set (chunkset.h): never held across verbs calls or allocation. */
 void rdmalloc_chunk_lock(void);
@@ -241,6 +252,30 @@ int rdmalloc_chunk_commit(void *addr, size_t len);
  * byte of the chunk is committed any more, idle chunks of its heap beyond
  * the one kept are given back.  Takes the chunk lock. */
 void rdmalloc_chunk_decommit(void *addr, size_t len);
+/*
+ * Whether @p lies in a page of a chunk that jemalloc has decommitted (or a
+ * given-back chunk, all of whose pages it had decommitted): no block lies
+ * there, so a free of @p is of memory free already (heap/freed.h).  Its
+ * bytes may read as zeros: a chunk that is not registered gives such pages
+ * back to the kernel at once.  Wait-free, no lock.
+ */
+int rdmalloc_chunk_idle_at(const void *p);
+/* The same for @p in chunk @c, found already. */
+static inline int rdmalloc_chunk_idle_in(const struct rdmalloc_chunk *c, const void *p)
+{
+	_Atomic(uint64_t) *bits = atomic_load_explicit(&((struct rdmalloc_chunk *)c)->idle_pages,
+						       memory_order_acquire);
+	uintptr_t off = (uintptr_t)p - c->base;
+	if (!bits || off >= c->size)
+		return 0;
+	size_t i = off >> RDMALLOC_IDLE_PAGE_SHIFT;
+	return (int)(atomic_load_explicit(&bits[i / 64], memory_order_relaxed) >> (i % 64) & 1);
+}
+/* Start @c's idle map (chunk lock held): every page idle unless
+ * @committed.  0, or ENOMEM. */
+int rdmalloc_chunk_idle_init(struct rdmalloc_chunk *c, int committed);
+/* Its end (chunk lock held, @c unpublished). */
+void rdmalloc_chunk_idle_fini(struct rdmalloc_chunk *c);
 /* Give back every idle chunk (of @heap, or of every heap: NULL), the kept
  * ones included.  Returns the bytes given back.  Takes the chunk lock. */
 size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap);

@@ -50,6 +50,7 @@ struct rdmalloc_chunk *rdmalloc_desc_alloc(void)
 /* Chunk lock held. */
 void rdmalloc_desc_free(struct rdmalloc_chunk *c)
 {
+	rdmalloc_chunk_idle_fini(c);
 	c->base = 0;
 	c->size = 0;
 	c->map_size = 0;

@@ -12,6 +12,7 @@
  *                the reserve's chunks);
  *  - giveback.c  idle chunks given back and taken back (the commit and
  *                decommit hooks), pins.
+ *  - idlemap.c   the pages of each chunk jemalloc has decommitted.
  * Locking: see chunk.c.  Everything here is under the chunk lock unless it
  * says otherwise.
  */
@@ -33,6 +34,11 @@ void rdmalloc_chunk_link(struct rdmalloc_chunk *c);
 void rdmalloc_chunk_unlink(struct rdmalloc_chunk *c);
 /* @c enters (@delta 1) or leaves (-1) the stats of chunks held. */
 void rdmalloc_count_held(const struct rdmalloc_chunk *c, int delta);
+
+/* ---- idlemap.c ---- */
+/* Mark [@addr, @addr+@len) of @c idle (decommitted) or not: the commit and
+ * decommit hooks, before they return. */
+void rdmalloc_chunk_idle_set(struct rdmalloc_chunk *c, const void *addr, size_t len, int idle);
 
 /* ---- pdtable.c ---- */
 /* A creator is done with the PDs in @used (a mask of indexes): wake a

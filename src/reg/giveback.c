@@ -232,6 +232,7 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 		}
 	}
 	c->committed += len;
+	rdmalloc_chunk_idle_set(c, addr, len, 0);
 	c->fresh = 0;
 	int zero = c->stale;
 	rdmalloc_chunk_unlock();
@@ -249,6 +250,7 @@ void rdmalloc_chunk_decommit(void *addr, size_t len)
 		rdmalloc_fatal("decommit of %zu bytes of chunk %p, which has %zu committed", len,
 			       (void *)c->base, c->committed);
 	c->committed -= len;
+	rdmalloc_chunk_idle_set(c, addr, len, 1); /* no block lies there any more */
 	if (c->state == RDMALLOC_CHUNK_LIVE && !c->held && rdmalloc_spec_on_demand(c->spec)) {
 		/* Plain memory of an on-demand heap: nothing pins it, so its
 		 * pages go back now, at page grain, as jemalloc's own do.  No

@@ -9,7 +9,9 @@
  * thread first; also realloc and C++ sized delete of a freed block, and
  * the old pointer freed after realloc moved its block (missed until
  * the checked realloc moved blocks itself: jemalloc's rallocx frees the
- * old one without the key), at
+ * old one without the key), and a second free or a realloc after
+ * malloc_trim gave the block's pages back (the key read as zeros then:
+ * on 89c21d6 jemalloc crashed with SIGSEGV), at
  * sizes from the smallest class to large extents.  And none of the legal
  * reuses aborts: a block freed, handed out again (by each allocation call)
  * and freed by its new owner.
@@ -41,11 +43,13 @@ static void *free_it(void *p)
 }
 
 enum how { TWICE, OTHERS_BETWEEN, ANOTHER_FREED_BETWEEN, OTHER_THREAD_FIRST, REALLOC_AFTER, DELETE_TWICE,
-	   FREE_AFTER_REALLOC };
+	   FREE_AFTER_REALLOC, GIVEN_BACK_BETWEEN, REALLOC_AFTER_GIVEN_BACK };
 static const char *const hows[] = { "free twice", "free, malloc others, free", "free p, free q, free p",
 				    "free in another thread, then here", "free, then realloc",
-				    "sized delete twice", "realloc moves p, then free p" };
-static const char *const calls[] = { "free", "free", "free", "free", "realloc", "operator delete", "free" };
+				    "sized delete twice", "realloc moves p, then free p",
+				    "free, malloc_trim, free", "free, malloc_trim, realloc" };
+static const char *const calls[] = { "free", "free", "free", "free", "realloc", "operator delete", "free",
+				     "free", "realloc" };
 
 /* The case, in the child: returns only if nothing aborted. */
 static void run(enum how how, size_t size)
@@ -98,6 +102,15 @@ static void run(enum how how, size_t size)
 			free(victim);
 		break;
 	}
+	case GIVEN_BACK_BETWEEN: /* its pages come back as zeros: the key is gone */
+	case REALLOC_AFTER_GIVEN_BACK:
+		free(victim);
+		malloc_trim(0);
+		if (how == GIVEN_BACK_BETWEEN)
+			free(victim);
+		else
+			sink += (uintptr_t)realloc(victim, size * 2);
+		break;
 	}
 }
 
@@ -144,7 +157,7 @@ int main(void)
 {
 	static const size_t sizes[] = { 8, 40, 1000, 20000, 100000, 3 << 20 };
 	int passed = 0, failed = 0;
-	for (int h = 0; h <= FREE_AFTER_REALLOC; h++)
+	for (int h = 0; h <= REALLOC_AFTER_GIVEN_BACK; h++)
 		for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 			struct one_case c = { h, sizes[s] };
 			char out[1024], want[80], what[96];

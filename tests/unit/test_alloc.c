@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../preload/in_child.h"
 #include "fake_verbs.h"
 #include "heap.h"
 #include "jemalloc.h"
@@ -15,6 +16,7 @@
 
 /* Sizes the compiler must not see as constants (it rejects them). */
 static volatile size_t huge = SIZE_MAX - 4096, half = SIZE_MAX / 2;
+static void *volatile given_back_sink;
 
 static void with_device(void)
 {
@@ -220,6 +222,47 @@ Test(alloc, realloc_of_a_freed_block_on_a_new_thread_aborts, .signal = SIGABRT)
 	pthread_join(t, &q);
 	cr_log_error("rdma_realloc of a freed block returned %p (the block: %p)", q, p);
 	rdma_free(keep);
+}
+
+/* A block freed, its memory given back (a trim: the chunk deregistered
+ * and its pages returned), then freed or reallocated again: the key went
+ * with the pages, and on 89c21d6 the abort said "not memory from
+ * rdmalloc", the wrong diagnosis.  In a child, to read the message. */
+struct given_back_case {
+	size_t size;
+	int realloc;
+};
+
+static void free_given_back(void *arg)
+{
+	const struct given_back_case *c = arg;
+	rdma_heap_t *h = rdma_heap_create(NULL); /* its chunk holds the block alone */
+	void *p = h ? rdma_heap_malloc(h, c->size) : NULL;
+	if (!p)
+		return;
+	memset(p, 0x5a, c->size);
+	rdma_free(p);
+	if (!rdma_malloc_trim())
+		return; /* nothing given back: no abort, the case fails */
+	if (c->realloc)
+		given_back_sink = rdma_realloc(p, c->size * 2);
+	else
+		rdma_free(p);
+}
+
+Test(alloc, free_after_the_memory_was_given_back_says_double_free)
+{
+	static const size_t sizes[] = { 48, 3000, 20000 };
+	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+		for (int r = 0; r <= 1; r++) {
+			struct given_back_case c = { sizes[s], r };
+			char out[512];
+			int st = in_child(free_given_back, &c, out, sizeof(out));
+			cr_expect(aborted_saying(st, out, r ? "rdma_realloc(0x" : "rdma_free(0x",
+						 "the block is free already (a double free)"),
+				  "%zu B, %s after the give-back: status %d, said: %s", c.size,
+				  r ? "rdma_realloc" : "rdma_free", st, out);
+		}
 }
 
 /* The old pointer freed after rdma_realloc moved its block: jemalloc's
