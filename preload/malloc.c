@@ -229,13 +229,8 @@ static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int 
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
 	errand();
 	void *p;
-	int tries = 2, relieved = 0;
-	do { /* once more after memory pressure gave idle memory back */
-		p = rdmalloc_mallocx(size ? size : 1,
-				     (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0));
-	} while (!p && --tries && (relieved = rdmalloc_heaps_relieve()));
-	if (relieved)
-		rdmalloc_heaps_relief_end();
+	RDMALLOC_RELIEVED(p, rdmalloc_mallocx(size ? size : 1,
+					      (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0)));
 	if (!p)
 		errno = ENOMEM;
 	return check_free ? rdmalloc_freed_clear(p) : p;
@@ -402,11 +397,8 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return NULL;
 	}
 	if (likely(fast() && preload_memory(p))) { /* never inside a hook, never the nest's */
-		void *q = rdmalloc_auto_realloc(p, size); /* sets no errno */
-		if (unlikely(!q) && rdmalloc_heaps_relieve()) {
-			q = rdmalloc_auto_realloc(p, size);
-			rdmalloc_heaps_relief_end();
-		}
+		void *q;
+		RDMALLOC_RELIEVED(q, rdmalloc_auto_realloc(p, size)); /* sets no errno */
 		if (unlikely(!q))
 			errno = ENOMEM;
 		return q;
@@ -424,18 +416,12 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	if (tl_bound == RDMALLOC_TL_ENDED) /* jemalloc would make any new block in arena 0 now */
 		return realloc_moving(p, size);
 	void *q;
-	int tries = 2, relieved = 0;
 	int bound = bound_here(), unbound_flags = RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE;
-	do { /* once more after a relief of memory pressure */
-		if (check_free) /* marks p if it moves (freed.h) */
-			q = rdmalloc_freed_realloc(p, size, bound ? 0 : unbound_flags, bound ? 0 : RDMALLOC_TCACHE_NONE,
-						   "realloc");
-		else
-			q = likely(bound) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
-					  : rdmalloc_rallocx(p, size, unbound_flags);
-	} while (!q && --tries && (relieved = rdmalloc_heaps_relieve()));
-	if (relieved)
-		rdmalloc_heaps_relief_end();
+	/* With RDMALLOC_CHECK_FREE, p is marked if it moves (freed.h). */
+	RDMALLOC_RELIEVED(q, check_free ? rdmalloc_freed_realloc(p, size, bound ? 0 : unbound_flags,
+								 bound ? 0 : RDMALLOC_TCACHE_NONE, "realloc")
+			     : likely(bound) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
+					     : rdmalloc_rallocx(p, size, unbound_flags));
 	if (!q)
 		errno = ENOMEM;
 	return q;

@@ -67,12 +67,7 @@ static __attribute__((noinline, cold)) void *alloc_ended(struct rdmalloc_heap *h
 			  "destructor) is a big block, a chunk of its own (counted in fallbacks)");
 	int saved = errno;
 	void *p;
-	int tries = 2, relieved = 0;
-	do /* once more after memory pressure gave idle memory back */
-		p = rdmalloc_big_alloc(h, size, align, zero);
-	while (!p && --tries && (relieved = rdmalloc_heaps_relieve()));
-	if (relieved)
-		rdmalloc_heaps_relief_end();
+	RDMALLOC_RELIEVED(p, rdmalloc_big_alloc(h, size, align, zero));
 	errno = p ? saved : ENOMEM;
 	return p;
 }
@@ -89,7 +84,7 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 	void *p;
 	int tries = 2, relieved = 0, ended = 0;
 	int flags = (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0);
-	do { /* once more after memory pressure gave idle memory back */
+	do { /* RDMALLOC_RELIEVED, but for the break */
 		if (rdmalloc_big_wanted(h, size, align) &&
 		    rdmalloc_big_admit(rdmalloc_heap_big(h)))
 			p = rdmalloc_big_alloc(h, size, align, zero);
@@ -183,13 +178,8 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	}
 	int saved = errno;
 	void *q;
-	int tries = 2, relieved = 0;
-	do /* once more after memory pressure gave idle memory back */
-		q = c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain, "rdma_realloc")
-			   : rdmalloc_heap_rallocx(to, ptr, size ? size : 1, "rdma_realloc");
-	while (unlikely(!q) && --tries && (relieved = rdmalloc_heaps_relieve()));
-	if (relieved)
-		rdmalloc_heaps_relief_end();
+	RDMALLOC_RELIEVED(q, c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain, "rdma_realloc")
+				    : rdmalloc_heap_rallocx(to, ptr, size ? size : 1, "rdma_realloc"));
 	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;

@@ -51,6 +51,18 @@ size_t rdmalloc_heaps_trim(void);
  * chunk (what went back is the retry's: issue 23, item 4). */
 int rdmalloc_heaps_relieve(void);
 void rdmalloc_heaps_relief_end(void);
+/* @p = @expr, and once more when that was NULL and a relief gave memory
+ * back, the relief ended after: the allocation paths' retry (api/alloc.c's
+ * alloc() writes its own: it stops early on a thread found ended). */
+#define RDMALLOC_RELIEVED(p, expr)                                                         \
+	do {                                                                               \
+		int rl_tries_ = 2, rl_relieved_ = 0;                                       \
+		do                                                                         \
+			(p) = (expr);                                                      \
+		while (!(p) && --rl_tries_ && (rl_relieved_ = rdmalloc_heaps_relieve()));  \
+		if (rl_relieved_)                                                          \
+			rdmalloc_heaps_relief_end();                                       \
+	} while (0)
 /* Destroy @h (any pointer: checked): 0, EINVAL (not a live heap, the
  * default or the drop-in's) or EBUSY (a memory window on its memory).
  * Takes the HEAP then the PD lock. */
