@@ -118,7 +118,8 @@ int rdma_posix_memalign(void **memptr, size_t alignment, size_t size);
  * the process into the block's first 8 bytes, and every allocation clears
  * it, as glibc's tcache does; a second free after the block's memory was
  * given back (rdma_malloc_trim, the decay) is caught from the pages not in
- * use.  A block freed, handed out again and freed by its two owners is not
+ * use, until jemalloc uses the page again (not in RDMA_HEAP_ODP heaps).
+ * A block freed, handed out again and freed by its two owners is not
  * caught.  The drop-in's free() checks the same way
  * with RDMALLOC_CHECK_FREE=1 (rdmalloc(7)); without it, memory of the
  * drop-in's malloc is not checked, whichever call frees it.

@@ -65,11 +65,16 @@ static inline void rdmalloc_freed_mark(void *p, const char *who)
 	rdmalloc_freed_mark_in(NULL, p, who);
 }
 
-/* Before realloc of @p: abort if it is free already. */
+/* Before realloc of @p (of chunk @c, or NULL): abort if it is free already. */
+static inline void rdmalloc_freed_check_in(const struct rdmalloc_chunk *c, const void *p, const char *who)
+{
+	if (rdmalloc_freed_is(p, *(const rdmalloc_freed_word *)p, c))
+		rdmalloc_freed_abort(who, p);
+}
+
 static inline void rdmalloc_freed_check(const void *p, const char *who)
 {
-	if (rdmalloc_freed_is(p, *(const rdmalloc_freed_word *)p, NULL))
-		rdmalloc_freed_abort(who, p);
+	rdmalloc_freed_check_in(NULL, p, who);
 }
 
 /*

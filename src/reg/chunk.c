@@ -297,10 +297,9 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
  */
 static int go_live(struct rdmalloc_chunk *c, unsigned used, int committed, int counted)
 {
-	/* Pages jemalloc decommits are tracked where it decommits any. */
-	int err = c->spec->gives_back && !c->big ? rdmalloc_chunk_idle_init(c, committed) : 0;
-	if (!err)
-		err = rdmalloc_addrmap_insert(c);
+	if (c->spec->gives_back && !c->big) /* where jemalloc decommits */
+		rdmalloc_chunk_idle_init(c, committed);
+	int err = rdmalloc_addrmap_insert(c);
 	if (err) {
 		rdmalloc_chunk_unlock();
 		unmake(c, used, !counted);

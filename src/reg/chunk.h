@@ -272,8 +272,9 @@ static inline int rdmalloc_chunk_idle_in(const struct rdmalloc_chunk *c, const v
 	return (int)(atomic_load_explicit(&bits[i / 64], memory_order_relaxed) >> (i % 64) & 1);
 }
 /* Start @c's idle map (chunk lock held): every page idle unless
- * @committed.  0, or ENOMEM. */
-int rdmalloc_chunk_idle_init(struct rdmalloc_chunk *c, int committed);
+ * @committed.  Without memory for it, none (logged once, counted in
+ * fallbacks): its pages read as in use. */
+void rdmalloc_chunk_idle_init(struct rdmalloc_chunk *c, int committed);
 /* Its end (chunk lock held, @c unpublished). */
 void rdmalloc_chunk_idle_fini(struct rdmalloc_chunk *c);
 /* Give back every idle chunk (of @heap, or of every heap: NULL), the kept

@@ -9,7 +9,10 @@
  * back as zeros, and jemalloc, handed such a pointer, crashes or hands the
  * block out twice.  jemalloc decommits only extents with no block in them
  * and commits an extent before it carves a block out of it, so a set bit
- * means that no block starts in that page.
+ * means that no block starts in that page.  Not for ODP heaps: jemalloc
+ * purges their free pages and reuses them without a hook call.  A chunk's
+ * map beyond its descriptor is unmapped with it: a free racing the
+ * release of its chunk (rdma_heap_destroy) may fault here.
  */
 #include "chunkset.h"
 
@@ -17,6 +20,8 @@
 #include <string.h>
 
 #include "addrmap.h"
+#include "counters.h"
+#include "log.h"
 #include "os.h"
 
 #define WORD_BITS 64
@@ -32,14 +37,19 @@ static int mapped(const struct rdmalloc_chunk *c)
 	return words_of(c) > sizeof(c->idle_inline) / sizeof(c->idle_inline[0]);
 }
 
-int rdmalloc_chunk_idle_init(struct rdmalloc_chunk *c, int committed)
+void rdmalloc_chunk_idle_init(struct rdmalloc_chunk *c, int committed)
 {
 	_Atomic(uint64_t) *bits = c->idle_inline;
-	if (mapped(c) && !(bits = rdmalloc_os_map(words_of(c) * sizeof(*bits))))
-		return ENOMEM;
+	if (mapped(c) && !(bits = rdmalloc_os_map(words_of(c) * sizeof(*bits)))) {
+		/* A check less, not an allocation failed for it. */
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "a chunk's map of idle pages could not be mapped (%s): a "
+				  "double free after a give-back in it is not caught (counted in fallbacks)",
+				  strerror(errno));
+		return;
+	}
 	memset((void *)bits, committed ? 0 : 0xff, words_of(c) * sizeof(*bits));
 	atomic_store_explicit(&c->idle_pages, bits, memory_order_release);
-	return 0;
 }
 
 void rdmalloc_chunk_idle_fini(struct rdmalloc_chunk *c)

@@ -227,23 +227,49 @@ Test(alloc, realloc_of_a_freed_block_on_a_new_thread_aborts, .signal = SIGABRT)
 /* A block freed, its memory given back (a trim: the chunk deregistered
  * and its pages returned), then freed or reallocated again: the key went
  * with the pages, and on 89c21d6 the abort said "not memory from
- * rdmalloc", the wrong diagnosis.  In a child, to read the message. */
+ * rdmalloc", the wrong diagnosis.  Also with the chunk taken back by
+ * another block first: the block's page is still given back, its word 0
+ * (on 89c21d6: the free went into jemalloc, SIGSEGV).  In a child, to read
+ * the message. */
 struct given_back_case {
 	size_t size;
 	int realloc;
+	int taken_back; /* another block made the chunk live again first */
 };
+
+/* Whether the page of @p's first word lies in [@first, @end). */
+static int page_in(const void *p, const char *first, const char *end)
+{
+	const char *page = (const char *)((uintptr_t)p & ~(uintptr_t)4095);
+	return page >= first && page < end;
+}
 
 static void free_given_back(void *arg)
 {
 	const struct given_back_case *c = arg;
-	rdma_heap_t *h = rdma_heap_create(NULL); /* its chunk holds the block alone */
-	void *p = h ? rdma_heap_malloc(h, c->size) : NULL;
-	if (!p)
+	rdma_heap_t *h = rdma_heap_create(NULL); /* its chunk holds these blocks alone */
+	void *p = h ? rdma_heap_malloc(h, c->size) : NULL, *p2 = h ? rdma_heap_malloc(h, c->size) : NULL;
+	if (!p || !p2)
 		return;
 	memset(p, 0x5a, c->size);
+	memset(p2, 0x5a, c->size);
 	rdma_free(p);
+	rdma_free(p2);
 	if (!rdma_malloc_trim())
 		return; /* nothing given back: no abort, the case fails */
+	if (c->taken_back) {
+		/* Its chunk live again, but the page of one of the two not in
+		 * use: that one, whose word reads 0, is checked in the map of
+		 * the chunk in hand. */
+		char *q = rdma_heap_malloc(h, c->size);
+		if (!q)
+			return;
+		char *q_first = (char *)((uintptr_t)q & ~(uintptr_t)4095), *q_end = q + c->size;
+		if (page_in(p, q_first, q_end)) /* q's pages hold p's first word: p2 then */
+			p = p2;
+		if (page_in(p, q_first, q_end))
+			return; /* both: the case cannot be made, and fails */
+	}
 	if (c->realloc)
 		given_back_sink = rdma_realloc(p, c->size * 2);
 	else
@@ -252,16 +278,19 @@ static void free_given_back(void *arg)
 
 Test(alloc, free_after_the_memory_was_given_back_says_double_free)
 {
-	static const size_t sizes[] = { 48, 3000, 20000 };
+	/* Taken back: large blocks, an extent each (small ones share a slab,
+	 * which the new block's commit takes whole). */
+	static const size_t sizes[] = { 48, 3000, 20000, 40000 };
 	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
-		for (int r = 0; r <= 1; r++) {
-			struct given_back_case c = { sizes[s], r };
+		for (int k = 0; k < (sizes[s] < 16384 ? 2 : 4); k++) {
+			struct given_back_case c = { sizes[s], k & 1, k >> 1 };
 			char out[512];
 			int st = in_child(free_given_back, &c, out, sizeof(out));
-			cr_expect(aborted_saying(st, out, r ? "rdma_realloc(0x" : "rdma_free(0x",
+			cr_expect(aborted_saying(st, out, c.realloc ? "rdma_realloc(0x" : "rdma_free(0x",
 						 "the block is free already (a double free)"),
-				  "%zu B, %s after the give-back: status %d, said: %s", c.size,
-				  r ? "rdma_realloc" : "rdma_free", st, out);
+				  "%zu B, %s after the give-back%s: status %d, said: %s", c.size,
+				  c.realloc ? "rdma_realloc" : "rdma_free",
+				  c.taken_back ? " and another block's take-back" : "", st, out);
 		}
 }
 
