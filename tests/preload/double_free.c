@@ -11,7 +11,9 @@
  * the checked realloc moved blocks itself: jemalloc's rallocx frees the
  * old one without the key), and a second free or a realloc after
  * malloc_trim gave the block's pages back (the key read as zeros then:
- * on 89c21d6 jemalloc crashed with SIGSEGV), at
+ * on 89c21d6 jemalloc crashed with SIGSEGV), and free() of an rdma_* heap's
+ * block after rdma_malloc_trim gave its chunk back (on 89c21d6: "not
+ * memory from this allocator"), at
  * sizes from the smallest class to large extents.  And none of the legal
  * reuses aborts: a block freed, handed out again (by each allocation call)
  * and freed by its new owner.
@@ -119,6 +121,30 @@ struct one_case {
 	size_t size;
 };
 
+/* A block of an rdma_* heap (the drop-in exports the API), freed, given
+ * back with its chunk by rdma_malloc_trim, then passed to free(): the
+ * drop-in finds no live chunk there and asks the map of idle pages. */
+static void rdma_given_back(void *arg)
+{
+	size_t size = *(size_t *)arg;
+	void *(*heap_create)(const void *, size_t) =
+		(void *(*)(const void *, size_t))dlsym(RTLD_DEFAULT, "rdma_heap_create_sized");
+	void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "rdma_heap_malloc");
+	void (*rfree)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
+	size_t (*trim)(void) = (size_t(*)(void))dlsym(RTLD_DEFAULT, "rdma_malloc_trim");
+	if (!heap_create || !heap_malloc || !rfree || !trim)
+		return;
+	void *h = heap_create(NULL, 0); /* NULL: the defaults, whatever the size */
+	void *p = h ? heap_malloc(h, size) : NULL;
+	if (!p)
+		return;
+	memset(p, 0x5a, size < 64 ? size : 64);
+	rfree(p);
+	if (!trim())
+		return;
+	free(p);
+}
+
 static void run_case(void *arg)
 {
 	struct one_case *c = arg;
@@ -168,6 +194,16 @@ int main(void)
 			in_child_report(ok, what, st, out);
 			passed += ok, failed += !ok;
 		}
+	static const size_t rdma_sizes[] = { 8, 1000, 20000 }; /* not big blocks: chunks of their own */
+	for (unsigned s = 0; s < sizeof(rdma_sizes) / sizeof(rdma_sizes[0]); s++) {
+		char out[1024], what[96];
+		size_t size = rdma_sizes[s];
+		int st = in_child(rdma_given_back, &size, out, sizeof(out));
+		snprintf(what, sizeof(what), "rdma_free, rdma_malloc_trim, free, %zu B", size);
+		int ok = aborted_saying(st, out, "free(0x", "the block is free already");
+		in_child_report(ok, what, st, out);
+		passed += ok, failed += !ok;
+	}
 	char out[1024];
 	int st = in_child(reuse, NULL, out, sizeof(out));
 	int ok = st == 0;
