@@ -176,7 +176,6 @@ struct rdmalloc_chunk {
 	struct rdmalloc_chunk *next, *prev; /* all chunks, given-back ones included */
 };
 
-
 /* The leaf lock of the chunk set (chunkset.h): never held across verbs calls or allocation. */
 void rdmalloc_chunk_lock(void);
 void rdmalloc_chunk_unlock(void);
