@@ -179,7 +179,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	int saved = errno;
 	void *q;
 	RDMALLOC_RELIEVED(q, c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain, "rdma_realloc")
-				    : rdmalloc_heap_rallocx(to, ptr, size ? size : 1, "rdma_realloc"));
+				    : rdmalloc_heap_rallocx(c, ptr, size ? size : 1, "rdma_realloc"));
 	start_reserve();
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;

@@ -395,19 +395,19 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags)
 	return h->check_frees ? rdmalloc_freed_clear(p) : p;
 }
 
-/* Abort if @p, a jemalloc block of @h (in chunk @c, or NULL: not known),
- * is free already, where @h checks. */
-static void check_live(const struct rdmalloc_heap *h, const struct rdmalloc_chunk *c, const void *p,
-		       const char *who)
+/* Abort if @p, a jemalloc block of chunk @c, is free already, where its
+ * heap checks. */
+static void check_live(const struct rdmalloc_chunk *c, const void *p, const char *who)
 {
-	if (h->check_frees)
+	if (c->heap->check_frees)
 		rdmalloc_freed_check_in(c, p, who);
 }
 
-void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who)
+void *rdmalloc_heap_rallocx(const struct rdmalloc_chunk *c, void *p, size_t size, const char *who)
 {
+	struct rdmalloc_heap *h = c->heap;
 	struct tc_sync *t;
-	check_live(h, NULL, p, who);
+	check_live(c, p, who);
 	int tcflag = cache_enter(h, &t);
 	int flags = MALLOCX_ARENA(h->arenas[0]) | tcflag;
 	void *q = h->check_frees ? rdmalloc_freed_realloc(p, size, flags, tcflag, who) : rdmalloc_rallocx(p, size, flags);
@@ -420,7 +420,7 @@ void rdmalloc_heap_check_live(const struct rdmalloc_chunk *c, const void *p, con
 	if (c->big)
 		rdmalloc_big_check_live(c, p, who);
 	else
-		check_live(c->heap, c, p, who);
+		check_live(c, p, who);
 }
 
 void rdmalloc_heap_dallocx(const struct rdmalloc_chunk *c, void *p, const char *who)

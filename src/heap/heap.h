@@ -123,7 +123,9 @@ void *rdmalloc_heap_mallocx(struct rdmalloc_heap *h, size_t size, int flags);
  * verdict, *@ended 0).
  */
 void *rdmalloc_heap_mallocx_first(struct rdmalloc_heap *h, size_t size, int flags, int *ended);
-void *rdmalloc_heap_rallocx(struct rdmalloc_heap *h, void *p, size_t size, const char *who);
+/* realloc of @p, a jemalloc block of chunk @c, in its heap: checked where
+ * the heap checks frees. */
+void *rdmalloc_heap_rallocx(const struct rdmalloc_chunk *c, void *p, size_t size, const char *who);
 /* Free @p, a jemalloc block of chunk @c (its heap's), checked where the
  * heap checks frees. */
 void rdmalloc_heap_dallocx(const struct rdmalloc_chunk *c, void *p, const char *who);
