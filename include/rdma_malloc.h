@@ -118,7 +118,7 @@ int rdma_posix_memalign(void **memptr, size_t alignment, size_t size);
  * the process into the block's first 8 bytes, and every allocation clears
  * it, as glibc's tcache does; a second free after the block's memory was
  * given back (rdma_malloc_trim, the decay) is caught from the pages not in
- * use, until jemalloc uses the page again (not in RDMA_HEAP_ODP heaps).
+ * use, until jemalloc uses the page again.
  * A block freed, handed out again and freed by its two owners is not
  * caught.  The drop-in's free() checks the same way
  * with RDMALLOC_CHECK_FREE=1 (rdmalloc(7)); without it, memory of the
@@ -629,7 +629,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(mws, gauge, "memory windows alive (rdma_malloc_mw_grant)")                \
 	X(mw_binds, counter, "memory-window binds posted")                          \
 	X(mw_revokes, counter, "memory-window revocations posted")                 \
-	X(odp_purges, counter, "purges allowed on ODP heaps (pages given back)")   \
+	X(odp_purges, counter, "free ranges of ODP heaps given back to the kernel")   \
 	X(fallbacks, counter, "fallbacks taken (each also logged once)")         \
 	X(chunks_given_back, counter, "idle chunks deregistered and their pages given back") \
 	X(bytes_given_back, counter, "bytes of the chunks given back")             \

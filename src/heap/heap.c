@@ -543,8 +543,9 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 	extent_hooks_t *hooks = &h->hooks;
 	/* Pinned heaps: pages idle for the decay time are decommitted (our
 	 * hook gives a chunk back once all of it is), never purged lazily
-	 * first (muzzy 0); -1: never.  An ODP heap keeps jemalloc's decay:
-	 * its purges are allowed. */
+	 * first (muzzy 0: the hooks refuse purges); -1: never.  An ODP heap
+	 * keeps jemalloc's dirty decay, then its pages are decommitted, which
+	 * gives them back at once (hooks.c). */
 	ssize_t dirty = h->decay_ms, muzzy = h->decay_ms < 0 ? -1 : 0;
 #ifdef RDMALLOC_MUTATION_PURGE /* test-only: decommit freed pages at once */
 	dirty = muzzy = 0;
@@ -553,7 +554,7 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
 	if (rdmalloc_arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
 	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty))) ||
-	    (pinned && rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy))))
+	    rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy)))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
 	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
 		STAT_INC(fallbacks);
@@ -600,9 +601,7 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, l
 	}
 	h = &heap_store[index];
 	memset(h, 0, sizeof(*h));
-	/* ODP heaps are not pinned: purging gives pages back, and the NIC
-	 * faults them in again (hooks.c). */
-	h->hooks = flags & RDMA_HEAP_ODP ? rdmalloc_extent_hooks_odp : rdmalloc_extent_hooks;
+	h->hooks = rdmalloc_extent_hooks;
 	atomic_init(&h->spec.access, rdmalloc_heap_implied_access(flags, access));
 	h->spec.flags = flags & ~(RDMALLOC_HEAP_AUTO_CACHE | RDMALLOC_HEAP_CHECK_FREES);
 	/* Before its first arena: the chunk size depends on it (chunk_max_of). */

@@ -12,7 +12,8 @@
  *  - decommit: accept, count the part idle, and give the chunk back once
  *    none of it is in use.  The pages of a chunk that stays registered stay
  *    as they are: the NIC has them pinned, and the CPU must keep seeing the
- *    same pages (a commit zeroes them, as jemalloc expects);
+ *    same pages (a commit zeroes them, as jemalloc expects).  Pages nothing
+ *    pins (ODP heaps, the drop-in's unregistered chunks) go back at once;
  *  - dalloc, purge_forced, purge_lazy: refuse.  Pages the NIC has
  *    pinned must never be unmapped or purged: the CPU would see
  *    a fresh zero page while the NIC keeps writing the old one;
@@ -20,8 +21,9 @@
  *  - split: allow (registration covers the whole chunk);
  *  - merge: allow only inside one chunk, so that no extent, hence no
  *    allocation, ever straddles two registrations.
- * ODP heaps (rdmalloc_extent_hooks_odp) pin nothing: they purge, and
- * never decommit or give chunks back.
+ * ODP heaps have the same hooks: jemalloc decommits their free pages as
+ * any heap's (purges refused), which tells the double-free check which
+ * pages hold no block (giveback.c, idlemap.c); they keep their chunks.
  * Hooks never call mallctl (jemalloc may hold ctl_mtx around them) and never
  * allocate from jemalloc themselves.  What they call may (libibverbs, libc):
  * alloc and destroy mark the thread as inside a hook for their whole run
@@ -114,21 +116,6 @@ static bool hook_decommit(extent_hooks_t *self, void *addr, size_t size, size_t 
 	return false;
 }
 
-/* ODP heaps' chunks are committed from the start and stay so. */
-static bool hook_commit_odp(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
-			    unsigned arena_ind)
-{
-	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
-	return false;
-}
-
-static bool hook_decommit_odp(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
-			      unsigned arena_ind)
-{
-	(void)self, (void)addr, (void)size, (void)offset, (void)length, (void)arena_ind;
-	return hook_refuse();
-}
-
 static bool hook_purge(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
 		       unsigned arena_ind)
 {
@@ -151,20 +138,6 @@ static bool hook_merge(extent_hooks_t *self, void *addr_a, size_t size_a, void *
 	return a == NULL || a != rdmalloc_chunk_owning(addr_b);
 }
 
-/* The purge hook of ODP heaps (RDMA_HEAP_ODP): an ODP region pins nothing
- * (the NIC asks the kernel for translations on a fault, and the kernel
- * invalidates them when pages go), so the reason other heaps refuse purges
- * does not hold.  Decommit and dalloc stay refused. */
-static bool hook_purge_odp(extent_hooks_t *self, void *addr, size_t size, size_t offset, size_t length,
-			   unsigned arena_ind)
-{
-	(void)self, (void)size, (void)arena_ind;
-	if (rdmalloc_os_dontneed((char *)addr + offset, length))
-		return true;
-	STAT_INC(odp_purges);
-	return false;
-}
-
 const extent_hooks_t rdmalloc_extent_hooks = {
 	.alloc = hook_alloc,
 	.dalloc = hook_dalloc,
@@ -173,18 +146,6 @@ const extent_hooks_t rdmalloc_extent_hooks = {
 	.decommit = hook_decommit,
 	.purge_lazy = hook_purge,
 	.purge_forced = hook_purge,
-	.split = hook_split,
-	.merge = hook_merge,
-};
-
-const extent_hooks_t rdmalloc_extent_hooks_odp = {
-	.alloc = hook_alloc,
-	.dalloc = hook_dalloc,
-	.destroy = hook_destroy,
-	.commit = hook_commit_odp,
-	.decommit = hook_decommit_odp,
-	.purge_lazy = hook_purge_odp,
-	.purge_forced = hook_purge_odp,
 	.split = hook_split,
 	.merge = hook_merge,
 };

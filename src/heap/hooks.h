@@ -7,7 +7,5 @@
 
 /* The hook table; each heap embeds a copy so a hook finds its heap. */
 extern const extent_hooks_t rdmalloc_extent_hooks;
-/* The same for ODP heaps, whose pages may be purged (hooks.c). */
-extern const extent_hooks_t rdmalloc_extent_hooks_odp;
 
 #endif

@@ -297,7 +297,7 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
  */
 static int go_live(struct rdmalloc_chunk *c, unsigned used, int committed, int counted)
 {
-	if (c->spec->gives_back && !c->big) /* where jemalloc decommits */
+	if (!c->big) /* jemalloc decommits in every other chunk */
 		rdmalloc_chunk_idle_init(c, committed);
 	int err = rdmalloc_addrmap_insert(c);
 	if (err) {

@@ -93,6 +93,13 @@ static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec
 	return atomic_load_explicit(&s->access, memory_order_acquire);
 }
 
+/* Whether @s's registrations are ODP ones, which pin nothing: the kernel
+ * takes the NIC's translations away with the pages, so freed pages may go. */
+static inline int rdmalloc_spec_odp(const struct rdmalloc_chunk_spec *s)
+{
+	return (s->flags & RDMA_HEAP_ODP) != 0;
+}
+
 /* Whether @s's chunks are registered when made. */
 static inline int rdmalloc_spec_eager(const struct rdmalloc_chunk_spec *s)
 {

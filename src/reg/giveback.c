@@ -251,14 +251,18 @@ void rdmalloc_chunk_decommit(void *addr, size_t len)
 			       (void *)c->base, c->committed);
 	c->committed -= len;
 	rdmalloc_chunk_idle_set(c, addr, len, 1); /* no block lies there any more */
-	if (c->state == RDMALLOC_CHUNK_LIVE && !c->held && rdmalloc_spec_on_demand(c->spec)) {
-		/* Plain memory of an on-demand heap: nothing pins it, so its
-		 * pages go back now, at page grain, as jemalloc's own do.  No
-		 * registration starts meanwhile (rdmalloc_chunk_demand waits):
-		 * it would pin pages the CPU is about to lose. */
+	int odp = rdmalloc_spec_odp(c->spec);
+	if (c->state == RDMALLOC_CHUNK_LIVE && (odp || (!c->held && rdmalloc_spec_on_demand(c->spec)))) {
+		/* Memory nothing pins (an ODP chunk, or plain memory of an
+		 * on-demand heap): its pages go back now, at page grain, as
+		 * jemalloc's own do.  No registration starts meanwhile
+		 * (rdmalloc_chunk_demand waits): it would pin pages the CPU is
+		 * about to lose. */
 		c->discarding++;
 		rdmalloc_chunk_unlock();
 		int err = rdmalloc_os_dontneed(addr, len);
+		if (odp && !err)
+			STAT_INC(odp_purges);
 		rdmalloc_chunk_lock();
 		c->discarding--;
 		c->stale |= err != 0; /* the old bytes stayed: zeroed when committed */

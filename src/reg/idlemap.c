@@ -9,8 +9,9 @@
  * back as zeros, and jemalloc, handed such a pointer, crashes or hands the
  * block out twice.  jemalloc decommits only extents with no block in them
  * and commits an extent before it carves a block out of it, so a set bit
- * means that no block starts in that page.  Not for ODP heaps: jemalloc
- * purges their free pages and reuses them without a hook call.  A chunk's
+ * means that no block starts in that page.  ODP heaps too: their hooks
+ * refuse purges (jemalloc would reuse purged pages without a hook call)
+ * and decommit does the purge's work.  A chunk's
  * map beyond its descriptor is unmapped with it: a free racing the
  * release of its chunk (rdma_heap_destroy) may fault here.
  */
