@@ -275,8 +275,7 @@ PRELOAD_API void *calloc(size_t n, size_t size)
  * would turn into a crash far from here, or silent corruption. */
 static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, const void *p)
 {
-	if (rdmalloc_chunk_idle_at(p)) /* of an rdma_* heap's chunk given back */
-		rdmalloc_freed_abort(who, p);
+	rdmalloc_freed_given_back(p, who); /* of an rdma_* heap's chunk given back */
 	rdmalloc_fatal("%s(%p): not memory from this allocator", who, p);
 }
 

@@ -33,8 +33,7 @@ static inline void start_reserve(void)
  * invalid pointer. */
 static __attribute__((noreturn, noinline, cold)) void not_ours(const char *who, const void *ptr)
 {
-	if (rdmalloc_chunk_idle_at(ptr))
-		rdmalloc_freed_abort(who, ptr);
+	rdmalloc_freed_given_back(ptr, who);
 	rdmalloc_fatal("%s(%p): not memory from rdmalloc", who, ptr);
 }
 

@@ -77,6 +77,16 @@ static inline void rdmalloc_freed_check(const void *p, const char *who)
 	rdmalloc_freed_check_in(NULL, p, who);
 }
 
+/* @who(@p) of a pointer no live chunk holds: if it is in a page of a
+ * given-back chunk (rdmalloc_chunk_idle_at), it was freed before the
+ * give-back, and this aborts as a double free; else it returns, and the
+ * caller says the pointer is foreign. */
+static inline void rdmalloc_freed_given_back(const void *p, const char *who)
+{
+	if (rdmalloc_chunk_idle_at(p))
+		rdmalloc_freed_abort(who, p);
+}
+
 /*
  * realloc of @p, a block of a checking heap that is not free: in place when
  * jemalloc can, else moved here, the new block from mallocx(@size, @flags)
