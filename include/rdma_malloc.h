@@ -350,8 +350,8 @@ struct rdma_heap_attr {
 /*
  * RDMA_HEAP_ODP: chunks registered with IBV_ACCESS_ON_DEMAND (explicit ODP):
  * the NIC faults pages in through the kernel instead of pinning them, so
- * the heap may give freed memory back (jemalloc's purging is allowed for
- * this heap only).  The default PD's device must report ODP for RC with
+ * the heap gives freed pages back to the kernel (decommitted after
+ * jemalloc's own decay time, chunks kept).  The default PD's device must report ODP for RC with
  * the operations the heap's access flags allow (ibv_query_device_ex(),
  * odp_caps), else rdma_heap_create() fails with EOPNOTSUPP.  Exclusive
  * with RDMA_HEAP_HUGEPAGES.

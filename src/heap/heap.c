@@ -544,14 +544,14 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 	/* Pinned heaps: pages idle for the decay time are decommitted (our
 	 * hook gives a chunk back once all of it is), never purged lazily
 	 * first (muzzy 0: the hooks refuse purges); -1: never.  An ODP heap
-	 * keeps jemalloc's dirty decay, then its pages are decommitted, which
-	 * gives them back at once (hooks.c). */
-	ssize_t dirty = h->decay_ms, muzzy = h->decay_ms < 0 ? -1 : 0;
+	 * keeps jemalloc's dirty decay, whatever its decay_ms, then its pages
+	 * are decommitted, which gives them back at once (hooks.c). */
+	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
+	ssize_t dirty = h->decay_ms, muzzy = pinned && h->decay_ms < 0 ? -1 : 0;
 #ifdef RDMALLOC_MUTATION_PURGE /* test-only: decommit freed pages at once */
 	dirty = muzzy = 0;
 #endif
 	size_t grow = chunk_max_of(h);
-	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
 	if (rdmalloc_arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
 	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty))) ||
 	    rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy)))
@@ -630,8 +630,8 @@ out:
 
 /*
  * The background thread's tick (reserve.h): jemalloc's time-based decay of
- * every heap whose idle memory goes back (not ODP: jemalloc purges its
- * pages itself), then its big blocks kept past the decay time, then the
+ * every heap whose idle memory goes back (not ODP: its decay is
+ * jemalloc's own), then its big blocks kept past the decay time, then the
  * thread caches idle for the decay time.  The next
  * tick in a tenth of the shortest decay time, at least 100 ms and at most
  * 1 s apart; 0 when no heap decays.

@@ -8,8 +8,9 @@
  * take_reserved), and released only when their heap is destroyed (or, a
  * reserve, when dropped).  In between, a chunk jemalloc has decommitted
  * entirely is idle: it may be given back and taken back (giveback.c).  A
- * registered page is never purged, decommitted or unmapped (see hooks.c):
- * only after its chunk's deregistration.
+ * pinned page is never purged, decommitted or unmapped (see hooks.c):
+ * only after its chunk's deregistration (an ODP chunk's pages, which
+ * nothing pins, go back as jemalloc decommits them).
  *
  * Locking (doc/design.md, "Locks and fork"): the CHUNK lock is a leaf.  It
  * guards the chunk list, the address map's writers, the descriptor pool,

@@ -261,8 +261,14 @@ void rdmalloc_chunk_decommit(void *addr, size_t len)
 		c->discarding++;
 		rdmalloc_chunk_unlock();
 		int err = rdmalloc_os_dontneed(addr, len);
-		if (odp && !err)
+		if (err) {
+			STAT_INC(fallbacks);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN, "freed pages could not be given back to the kernel "
+					  "(madvise: %s; mlock'ed?): they stay resident, zeroed when used again "
+					  "(counted in fallbacks)", strerror(err));
+		} else if (odp) {
 			STAT_INC(odp_purges);
+		}
 		rdmalloc_chunk_lock();
 		c->discarding--;
 		c->stale |= err != 0; /* the old bytes stayed: zeroed when committed */

@@ -3,8 +3,9 @@
  * test_odp.c - RDMA_HEAP_ODP against the fake backend: the capability check
  * (ibv_query_device_ex odp_caps) refuses a device without RC ODP for the
  * heap's operations; chunks are registered with IBV_ACCESS_ON_DEMAND; an ODP
- * heap's freed pages are purged (no pinning) while every other heap still
- * refuses; rdma_malloc_prefetch() advises the right region.  rxe has no ODP:
+ * heap's freed pages go back to the kernel when jemalloc decommits them (no
+ * pinning) while every other heap's stay; rdma_malloc_prefetch() advises
+ * the right region.  rxe has no ODP:
  * the guest only proves the refusal (tests/e2e/test_modes.c).
  */
 #include <criterion/criterion.h>
@@ -34,6 +35,14 @@ static void setup(void)
 }
 
 TestSuite(odp, .init = setup);
+
+/* Every block jemalloc's (the pinned heaps' 64 KiB and over are chunks of
+ * their own by default, which no arena purge reaches). */
+static void setup_no_big(void)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	setup();
+}
 
 /* Once the reserve's thread is done: counts that hold still. */
 static struct rdma_malloc_stats stats(void)
@@ -100,7 +109,7 @@ static size_t resident_pages(void *p, size_t len)
 
 /* Freed memory of an ODP heap goes back to the kernel; a pinned heap's
  * stays (invariant 2 still holds for it). */
-Test(odp, odp_heaps_purge_pinned_heaps_do_not)
+Test(odp, odp_heaps_give_freed_pages_back_pinned_heaps_do_not, .init = setup_no_big)
 {
 	fake_set_odp(IBV_ODP_SUPPORT, ALL_RC);
 	rdma_heap_t *odp = odp_heap(LW), *pinned = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
@@ -110,10 +119,10 @@ Test(odp, odp_heaps_purge_pinned_heaps_do_not)
 	cr_assert(a && b);
 	memset(a, 1, len);
 	memset(b, 1, len);
-	uint64_t refused0 = stats().purges_refused;
 	rdma_free(a);
 	rdma_free(b);
 	rdmalloc_heap_purge(odp);
+	uint64_t refused0 = stats().purges_refused; /* the ODP heap's unmaps are refused too */
 	rdmalloc_heap_purge(pinned);
 	struct rdma_malloc_stats st = stats();
 	cr_assert_gt(st.odp_purges, 0, "the ODP heap purged nothing");
@@ -121,6 +130,40 @@ Test(odp, odp_heaps_purge_pinned_heaps_do_not)
 	cr_assert_lt(resident_pages(a, len), len / 4096 / 2, "ODP heap kept %zu resident pages",
 		     resident_pages(a, len));
 	cr_assert_eq(resident_pages(b, len), len / 4096, "the pinned heap lost pages");
+}
+
+/* Pages that cannot go back (mlock'ed: madvise(MADV_DONTNEED) fails with
+ * EINVAL) are logged once and counted in fallbacks, and zeroed when
+ * jemalloc commits them again: it takes decommitted memory for zeroed. */
+Test(odp, freed_pages_that_cannot_go_back_are_zeroed_when_reused)
+{
+	fake_set_odp(IBV_ODP_SUPPORT, ALL_RC);
+	rdma_heap_t *h = odp_heap(LW);
+	cr_assert(h);
+	const size_t len = 4 * MiB;
+	unsigned char *a = rdma_heap_aligned_alloc(h, 4096, len);
+	cr_assert(a);
+	memset(a, 0x77, len);
+	if (mlock(a, len))
+		cr_skip_test("mlock of %zu bytes: %s", len, strerror(errno));
+	uint64_t fallbacks0 = stats().fallbacks, purges0 = stats().odp_purges;
+	rdma_free(a);
+	rdmalloc_heap_purge(h);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_gt(st.fallbacks, fallbacks0, "a discard that failed was not counted");
+	cr_assert_eq(st.odp_purges, purges0, "a discard that failed was counted as done");
+	cr_assert_eq(resident_pages(a, len), len / 4096, "the locked pages went");
+	/* Blocks until one lies on the old pages (jemalloc picks where). */
+	int reused = 0;
+	for (int k = 0; k < 8 && !reused; k++) {
+		unsigned char *b = rdma_heap_malloc(h, len);
+		cr_assert(b);
+		reused = b < a + len && b + len > a;
+		for (size_t i = 0; i < len; i++)
+			cr_assert_eq(b[i], 0, "byte %zu of memory jemalloc takes for zeroed is %#x", i, b[i]);
+	}
+	cr_assert(reused, "no block of 8 lies on the freed pages");
+	munlock(a, len);
 }
 
 Test(odp, prefetch)
