@@ -319,7 +319,8 @@ struct rdma_heap_attr {
 	 * empty are given back: 0 for RDMALLOC_DECAY_MS (default 10000),
 	 * -1 for never (only rdma_malloc_trim() gives back), else 1 to
 	 * 1000000000 (1 is as near "at once" as a heap can ask; the option
-	 * takes 0).  Ignored by RDMA_HEAP_ODP heaps, which pin nothing.
+	 * takes 0).  An RDMA_HEAP_ODP heap, which pins nothing, gives its
+	 * free pages back to the kernel after this time (its chunks stay).
 	 * Read since 0.2, through rdma_heap_create_sized(): a program built
 	 * against a 0.1 header calls the 0.1 function rdma_heap_create(),
 	 * which reads access and flags only (0.1 could not tell a struct
@@ -350,9 +351,9 @@ struct rdma_heap_attr {
 /*
  * RDMA_HEAP_ODP: chunks registered with IBV_ACCESS_ON_DEMAND (explicit ODP):
  * the NIC faults pages in through the kernel instead of pinning them, so
- * the heap gives freed pages back to the kernel (decommitted after
- * jemalloc's own decay time, chunks kept).  The default PD's device must report ODP for RC with
- * the operations the heap's access flags allow (ibv_query_device_ex(),
+ * the heap gives freed pages back to the kernel after its decay time
+ * (decay_ms; its chunks stay).  The default PD's device must report ODP
+ * for RC with the operations the heap's access flags allow (ibv_query_device_ex(),
  * odp_caps), else rdma_heap_create() fails with EOPNOTSUPP.  Exclusive
  * with RDMA_HEAP_HUGEPAGES.
  *

@@ -292,7 +292,7 @@ static int __attribute__((noinline)) tcache_slow(struct rdmalloc_heap *h, struct
 			tc_owner[tc] = h->gen;
 			t->sync = &tc_sync[tc].s;
 			tc_idle[tc].live = 1;
-			tc_idle[tc].decay_ms = h->spec.gives_back ? h->decay_ms : -1;
+			tc_idle[tc].decay_ms = h->decay_ms;
 			tc_idle[tc].seen = atomic_load_explicit(&t->sync->seq, memory_order_relaxed);
 			tc_idle[tc].since_ns = rdmalloc_now_ns();
 			tc_idle[tc].flushed = 0;
@@ -541,19 +541,16 @@ static int arena_new(struct rdmalloc_heap *h, unsigned *arena)
 #endif
 		return -1;
 	extent_hooks_t *hooks = &h->hooks;
-	/* Pinned heaps: pages idle for the decay time are decommitted (our
-	 * hook gives a chunk back once all of it is), never purged lazily
-	 * first (muzzy 0: the hooks refuse purges); -1: never.  An ODP heap
-	 * keeps jemalloc's dirty decay, whatever its decay_ms, then its pages
-	 * are decommitted, which gives them back at once (hooks.c). */
-	int pinned = !(h->spec.flags & RDMA_HEAP_ODP);
-	ssize_t dirty = h->decay_ms, muzzy = pinned && h->decay_ms < 0 ? -1 : 0;
+	/* Pages idle for the decay time are decommitted (our hook gives a
+	 * chunk back once all of it is; an ODP chunk's pages at once), never
+	 * purged lazily first (muzzy 0: the hooks refuse purges); -1: never. */
+	ssize_t dirty = h->decay_ms, muzzy = h->decay_ms < 0 ? -1 : 0;
 #ifdef RDMALLOC_MUTATION_PURGE /* test-only: decommit freed pages at once */
 	dirty = muzzy = 0;
 #endif
 	size_t grow = chunk_max_of(h);
 	if (rdmalloc_arena_ctl(*arena, "extent_hooks", NULL, NULL, &hooks, sizeof(hooks)) ||
-	    (pinned && rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty))) ||
+	    rdmalloc_arena_ctl(*arena, "dirty_decay_ms", NULL, NULL, &dirty, sizeof(dirty)) ||
 	    rdmalloc_arena_ctl(*arena, "muzzy_decay_ms", NULL, NULL, &muzzy, sizeof(muzzy)))
 		rdmalloc_fatal("configuring jemalloc arena %u failed", *arena);
 	if (grow && rdmalloc_arena_ctl(*arena, "retain_grow_limit", NULL, NULL, &grow, sizeof(grow))) {
@@ -630,8 +627,8 @@ out:
 
 /*
  * The background thread's tick (reserve.h): jemalloc's time-based decay of
- * every heap whose idle memory goes back (not ODP: its decay is
- * jemalloc's own), then its big blocks kept past the decay time, then the
+ * every heap whose idle memory goes back, then its big blocks kept past
+ * the decay time, then the
  * thread caches idle for the decay time.  The next
  * tick in a tenth of the shortest decay time, at least 100 ms and at most
  * 1 s apart; 0 when no heap decays.
@@ -643,7 +640,7 @@ static uint64_t heaps_tick(void)
 	uint64_t now = rdmalloc_now_ns();
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
-		if (!h || h->decay_ms < 0 || !h->spec.gives_back)
+		if (!h || h->decay_ms < 0)
 			continue;
 		if (shortest < 0 || h->decay_ms < shortest)
 			shortest = h->decay_ms;

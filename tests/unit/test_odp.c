@@ -133,6 +133,45 @@ Test(odp, odp_heaps_give_freed_pages_back_pinned_heaps_do_not, .init = setup_no_
 	cr_assert_eq(resident_pages(b, len), len / 4096, "the pinned heap lost pages");
 }
 
+/* An ODP heap's decay time is its own (rdma_heap_attr.decay_ms), as any
+ * heap's: its freed pages go back once it has passed, with no further call
+ * into the library (the background thread, which a heap of this size
+ * starts, ticks it), and -1 keeps them.  On 3238be7 ODP heaps kept
+ * jemalloc's 10 s whatever they asked, and the thread did not tick them:
+ * nothing went within the 5 s waited here. */
+Test(odp, freed_pages_go_back_after_the_heaps_decay_time)
+{
+	fake_set_odp(IBV_ODP_SUPPORT, ALL_RC);
+	rdma_heap_t *soon = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_ODP,
+								      .decay_ms = 50 });
+	rdma_heap_t *never = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_ODP,
+								       .decay_ms = -1 });
+	cr_assert(soon && never);
+	/* Blocks past the thread cache (1 MiB), 96 MiB of them. */
+	enum { N = 64 };
+	const size_t len = 1536 * 1024;
+	char *a[N], *b = rdma_heap_aligned_alloc(never, 4096, 8 * MiB);
+	cr_assert(b);
+	memset(b, 1, 8 * MiB);
+	for (int i = 0; i < N; i++) {
+		a[i] = rdma_heap_aligned_alloc(soon, 4096, len);
+		cr_assert(a[i]);
+		memset(a[i], 1, len);
+	}
+	for (int i = 0; i < N; i++)
+		rdma_free(a[i]);
+	rdma_free(b);
+	size_t left = 1;
+	for (int k = 0; k < 50 && left; k++) {
+		usleep(100000); /* no call into the library */
+		left = 0;
+		for (int i = 0; i < N; i++)
+			left += resident_pages(a[i], len);
+	}
+	cr_assert_eq(left, 0, "%zu pages still resident 5 s after a 50 ms decay", left);
+	cr_assert_eq(resident_pages(b, 8 * MiB), 8 * MiB / 4096, "a heap that never decays gave pages back");
+}
+
 /* Pages that cannot go back (mlock'ed: madvise(MADV_DONTNEED) fails with
  * EINVAL) are logged once and counted in fallbacks, and zeroed when
  * jemalloc commits them again: it takes decommitted memory for zeroed. */
