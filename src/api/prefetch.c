@@ -24,7 +24,7 @@ RDMA_EXPORT int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd 
 	 * detached between the lookup and the advice. */
 	rdmalloc_pd_lock();
 	int err = rdmalloc_lookup(ptr, len, pd ? pd : rdmalloc_pd_default(), &c, &r);
-	if (!err && !(c->spec->flags & RDMA_HEAP_ODP))
+	if (!err && !rdmalloc_spec_odp(c->spec))
 		err = EINVAL;
 	if (!err) {
 		struct ibv_pd *rpd = atomic_load_explicit(&r->pd, memory_order_relaxed);

@@ -161,7 +161,7 @@ struct rdmalloc_big_cache *rdmalloc_heap_big(struct rdmalloc_heap *h)
 
 int rdmalloc_heap_has_big(const struct rdmalloc_heap *h)
 {
-	return !h->spec.auto_cache && !(h->spec.flags & RDMA_HEAP_ODP);
+	return !h->spec.auto_cache && !rdmalloc_spec_odp(&h->spec);
 }
 
 long rdmalloc_heap_decay_ms(const struct rdmalloc_heap *h)
@@ -606,7 +606,6 @@ static struct rdmalloc_heap *heap_new(unsigned int access, unsigned int flags, l
 	h->spec.auto_cache = !(flags & RDMALLOC_HEAP_AUTO_CACHE) ? 0
 			     : flags & RDMALLOC_HEAP_CHECK_FREES ? RDMALLOC_AUTO_CHECKED : RDMALLOC_AUTO_PLAIN;
 	atomic_init(&h->auto_tcache, h->spec.auto_cache != 0);
-	h->spec.gives_back = !(flags & RDMA_HEAP_ODP);
 	h->decay_ms = decay_ms;
 	h->spec.decay_ms = decay_ms;
 	h->index = index;

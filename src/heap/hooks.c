@@ -61,8 +61,9 @@ static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_
 	struct rdmalloc_heap *h = rdmalloc_heap_of_hooks(self);
 	struct rdmalloc_chunk_spec *spec = rdmalloc_heap_spec(h);
 	/* Uncommitted when jemalloc lets us, so that it commits and decommits
-	 * the parts it uses and we learn when a chunk is idle. */
-	int committed = *commit || !spec->gives_back;
+	 * the parts it uses and we learn when a chunk is idle (an ODP chunk
+	 * is never given back whole: committed). */
+	int committed = *commit || rdmalloc_spec_odp(spec);
 	struct rdmalloc_chunk *c;
 	IN_HOOK(c = rdmalloc_chunk_create(h, spec, size, alignment, committed));
 	if (!c)

@@ -74,7 +74,6 @@ enum rdmalloc_reg_policy {
 struct rdmalloc_chunk_spec {
 	_Atomic unsigned int access; /* registration flags, implied bits included (written under the PD lock) */
 	unsigned int flags;          /* RDMA_HEAP_*, fixed */
-	int gives_back;              /* its idle chunks are given back (fixed): not ODP */
 	int auto_cache;              /* its memory goes through the automatic thread cache and its
 					chunks are never released (the drop-in's heap; fixed before
 					its first chunk): marked in the address map's auto map with
@@ -94,7 +93,8 @@ static inline unsigned int rdmalloc_spec_access(const struct rdmalloc_chunk_spec
 }
 
 /* Whether @s's registrations are ODP ones, which pin nothing: the kernel
- * takes the NIC's translations away with the pages, so freed pages may go. */
+ * takes the NIC's translations away with the pages, so freed pages may go
+ * at once; its chunks are never given back whole. */
 static inline int rdmalloc_spec_odp(const struct rdmalloc_chunk_spec *s)
 {
 	return (s->flags & RDMA_HEAP_ODP) != 0;
@@ -160,7 +160,7 @@ struct rdmalloc_chunk {
 	atomic_int dereg_failed; /* a region of it could not be deregistered: never unmap it */
 	/* Under the chunk lock: */
 	unsigned state;    /* enum rdmalloc_chunk_state */
-	size_t committed;  /* bytes jemalloc has committed (spec->gives_back) */
+	size_t committed;  /* bytes jemalloc has committed */
 	unsigned busy;     /* walks (attach, detach, access changes) working on it unlocked */
 	unsigned pins;     /* memory windows and drop-in elided regions on it */
 	int stale;         /* holds bytes of ranges jemalloc decommitted: commits zero them */

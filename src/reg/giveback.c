@@ -28,10 +28,11 @@
 
 /* Idle: held (registered, or an eager heap's: pinned memory to give
  * back), not a byte committed, nothing on it.  A plain chunk of an
- * on-demand heap gave its pages back as they were decommitted. */
+ * on-demand heap, or an ODP one, gave its pages back as they were
+ * decommitted. */
 static int idle(const struct rdmalloc_chunk *c)
 {
-	return c->state == RDMALLOC_CHUNK_LIVE && c->spec->gives_back && c->held && c->committed == 0 &&
+	return c->state == RDMALLOC_CHUNK_LIVE && !rdmalloc_spec_odp(c->spec) && c->held && c->committed == 0 &&
 	       !c->busy && !c->pins && !c->fresh && !c->big;
 }
 
