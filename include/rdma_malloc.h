@@ -148,9 +148,9 @@ const char *rdma_malloc_version(unsigned int *major, unsigned int *minor, unsign
  * deregistered from every PD and its pages go back to the system; the
  * smallest such chunk of each heap is kept registered, against growing and
  * shrinking around one chunk.  Decay runs as the heap is used, and while
- * the program is idle the reserve's background thread ticks it
- * (RDMALLOC_RESERVE=0: no thread, and a heap nobody allocates from keeps
- * its chunks until rdma_malloc_trim()).  Blocks of up to 1 MiB a thread
+ * the program is idle the reserve's background thread ticks it (started
+ * with the heap's first chunk, RDMALLOC_RESERVE=0 too; a heap whose decay
+ * time is -1 asks for no thread).  Blocks of up to 1 MiB a thread
  * freed last stay in its cache until it allocates again, or until the
  * background thread flushes a cache its thread has not used for the decay
  * time.  A lookup of an address in a given-back chunk of an rdma_* heap

@@ -46,6 +46,7 @@
 #include "os.h"
 #include "pd.h"
 #include "preload.h"
+#include "reserve.h"
 #include "rdma_malloc.h"
 #include "addrmap.h"
 #include "counters.h"
@@ -509,6 +510,8 @@ static int settle(struct elided *e, struct rdmalloc_chunk *c, struct ibv_pd *pd,
 	rdmalloc_pd_unlock();
 	if (doomed)
 		detach_doomed(doomed);
+	if (unlikely(rdmalloc_reserve_start_wanted())) /* to tick the decay of what it pinned: no lock held */
+		rdmalloc_reserve_start();
 	return err;
 }
 

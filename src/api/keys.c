@@ -10,6 +10,7 @@
 #include "pd.h"
 #include "addrmap.h"
 #include "counters.h"
+#include "reserve.h"
 
 #if RDMALLOC_HAVE_MLX5DV_MKEY
 /*
@@ -73,6 +74,8 @@ static __attribute__((noinline)) int first_use(const void *ptr, size_t len, stru
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunk_demand(c, pd);
 	rdmalloc_pd_unlock();
+	if (unlikely(rdmalloc_reserve_start_wanted())) /* to tick its decay: outside every lock */
+		rdmalloc_reserve_start();
 	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
 }
 

@@ -26,6 +26,7 @@
 #include "lock.h"
 #include "log.h"
 #include "region.h"
+#include "reserve.h"
 
 /* The index of attached @pd, or -1.  Chunk lock held. */
 static int index_of(const struct ibv_pd *pd)
@@ -120,6 +121,8 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	if (err && first && !rdmalloc_registered_pds(c)) {
 		c->held = 0;
 		rdmalloc_held_bytes -= c->map_size;
+	} else if (!err && first && c->spec->decay_ms >= 0) {
+		rdmalloc_reserve_want_tick(); /* pinned now: given back once idle for the decay time */
 	}
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a release or a discard may wait for it */
 	rdmalloc_chunk_unlock();

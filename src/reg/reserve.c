@@ -11,10 +11,14 @@
  * thread also waits on; it is never held across the thread's verbs calls.
  * A ready chunk is pinned memory nobody uses: the thread drops it when its
  * heap has not grown for the heap's decay time, or has given a chunk back.
- * When idle, the thread also ticks the heaps' decay (rdmalloc_reserve_set_tick).
+ * When idle, the thread also ticks the heaps' decay (rdmalloc_reserve_set_tick),
+ * with or without RDMALLOC_RESERVE: pinned memory freed by a program that
+ * then goes quiet goes back after the decay time all the same.
  * The thread is started outside every lock (reserve.h says why), lazily:
- * a process that never grows a heap never has it.  A fork child has no
- * thread: nothing waits for one there, and a later growth starts its own.
+ * a process that never pins memory never has it (a drop-in program that
+ * does no RDMA stays single-threaded: unshare(2) and the like need it).
+ * A fork child has no thread: nothing waits for one there, and a later
+ * growth starts its own.
  */
 #include "reserve.h"
 
@@ -40,6 +44,7 @@ static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, i
 static unsigned fills;                              /* chunks being made or dropped */
 static uint64_t (*tick_fn)(void);                 /* the heap layer's decay tick */
 static uint64_t tick_at;                           /* when it runs next (UINT64_MAX: never) */
+static unsigned tick_asks;                         /* rdmalloc_reserve_want_tick() calls */
 static int forking; /* fork() is under way: the thread starts no work (rdmalloc_reserves_fork_prepare) */
 static unsigned relieving; /* allocations between a relief and their retry: no fill starts */
 
@@ -118,9 +123,22 @@ static void unlist(struct rdmalloc_reserve *r)
 	r->listed = 0;
 }
 
+void rdmalloc_reserve_want_tick(void)
+{
+	tick_asks++;
+	if (tick_at == UINT64_MAX) {
+		tick_at = 0;
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* it may wait with no deadline */
+	}
+	int none = 0;
+	atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &none, 1);
+}
+
 void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size)
 {
 	struct rdmalloc_reserve *r = &spec->reserve;
+	if (spec->decay_ms >= 0)
+		rdmalloc_reserve_want_tick();
 	if (!rdmalloc_opts.reserve || r->closed)
 		return;
 	if (!r->listed) {
@@ -131,8 +149,6 @@ void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_he
 		reserves = r;
 	}
 	r->grown_ns = rdmalloc_now_ns();
-	if (tick_at == UINT64_MAX)
-		tick_at = 0; /* a heap may have a decay to tick again */
 	size_t next = rdmalloc_reserve_next_size(size, spec->grow_limit);
 	size_t held = atomic_load_explicit(&spec->bytes, memory_order_relaxed) - (r->ready ? r->ready->map_size : 0);
 	if (next > held / RDMALLOC_RESERVE_SHARE && next > RDMALLOC_RESERVE_FLOOR)
@@ -188,10 +204,12 @@ static void idle(void)
 {
 	uint64_t now = rdmalloc_now_ns();
 	if (tick_fn && tick_at <= now) {
+		unsigned asks = tick_asks;
 		rdmalloc_chunk_unlock();
 		uint64_t delay = tick_fn();
 		rdmalloc_chunk_lock();
-		tick_at = delay ? rdmalloc_now_ns() + delay : UINT64_MAX;
+		/* A heap that came meanwhile may have been missed: at once. */
+		tick_at = delay ? rdmalloc_now_ns() + delay : asks != tick_asks ? 0 : UINT64_MAX;
 		return; /* work may have come meanwhile */
 	}
 	uint64_t first = tick_at;
@@ -274,7 +292,8 @@ void rdmalloc_reserve_start(void)
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot start the reserve's registration thread (%s): every "
 				  "chunk is registered by the allocation that needs it (counted in "
-				  "inline_chunks)", strerror(err));
+				  "inline_chunks), and idle memory decays only as the heaps are used",
+				  strerror(err));
 	}
 }
 

@@ -55,17 +55,23 @@ RDMALLOC_TESTABLE size_t rdmalloc_reserve_next_size(size_t last, size_t limit);
  * than RDMALLOC_RESERVE_SHARE of what the heap holds and more than
  * RDMALLOC_RESERVE_FLOOR (a one-off big request makes jemalloc's series
  * jump; the growth after it is then registered inline).  Without
- * RDMALLOC_RESERVE, or once the heap is closed, nothing.
+ * RDMALLOC_RESERVE, or once the heap is closed, no reserve; the decay's
+ * tick is wanted all the same (rdmalloc_reserve_want_tick).
  */
 #define RDMALLOC_RESERVE_SHARE 4 /* a quarter */
 #define RDMALLOC_RESERVE_FLOOR ((size_t)8 << 20)
 void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size);
+/* A heap whose decay time is not -1 now holds pinned memory (a growth, a
+ * big block, a registration on first use): the thread is wanted, to tick
+ * its decay while the program makes no call (chunk lock held; started as
+ * below).  rdmalloc_reserve_grown() calls it. */
+void rdmalloc_reserve_want_tick(void);
 /* A chunk of @r's heap was given back (chunk lock held): the heap shrinks,
  * its ready chunk is dropped. */
 void rdmalloc_reserve_shrunk(struct rdmalloc_reserve *r);
 
-/* Whether a growth asked for the thread and it is not started: the caller,
- * outside every lock of ours and of jemalloc, then calls
+/* Whether the thread was asked for (a reserve or a tick) and is not
+ * started: the caller, outside every lock of ours and of jemalloc, calls
  * rdmalloc_reserve_start().  Never from a hook: pthread_create takes
  * glibc's TLS lock, whose holder may be allocating into the very arena
  * whose growth lock the hook holds. */

@@ -13,9 +13,11 @@
 #include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chunk.h"
 #include "fake_verbs.h"
@@ -162,4 +164,40 @@ Test(firstuse, api_heap_still_fails_past_the_limit, .init = cr_redirect_stderr)
 		;
 	cr_assert_null(p, "an rdma_* heap went past RDMALLOC_MAX_REGISTERED");
 	cr_assert_eq(errno, ENOMEM);
+}
+
+/* Chunks registered on first use, their blocks then freed by a program
+ * that goes quiet: given back once idle for the heap's decay time (before,
+ * only an eager heap's growth started the thread that ticks the decay: they
+ * stayed pinned).  And a first-use heap that pins nothing starts no thread:
+ * a drop-in program that does no RDMA stays single-threaded. */
+Test(firstuse, registered_on_first_use_then_freed_goes_after_the_decay_time)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "0", 1);
+	fake_verbs_install(1);
+	cr_assert(rdma_malloc_default_pd());
+	int err = 0;
+	struct rdmalloc_heap *hh = rdmalloc_heap_create(LW, 0, 50, &err);
+	cr_assert(hh, "%s", strerror(err));
+	rdmalloc_heap_set_policy(hh, RDMALLOC_REG_FIRST_USE);
+	rdma_heap_t *h = (rdma_heap_t *)hh;
+	enum { N = 64 };
+	void *b[N];
+	for (int i = 0; i < N; i++) { /* past the thread cache (1 MiB): none stays cached */
+		b[i] = rdma_heap_malloc(h, 1536 << 10);
+		cr_assert(b[i]);
+		memset(b[i], 0x5a, 4096);
+	}
+	cr_assert_eq(atomic_load(&rdmalloc_reserve_thread_state), 0, "a thread with nothing pinned");
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(rdma_malloc_keys(b[i], 1, NULL, NULL, NULL), 0, "%s", strerror(errno));
+	for (int i = 0; i < N; i++)
+		rdma_free(b[i]);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_gt(st.pinned_bytes, 64 * MiB);
+	for (int i = 0; i < 50 && stats().pinned_bytes > 16 * MiB; i++)
+		usleep(100000); /* no call into the library but the stats */
+	st = stats();
+	cr_assert_leq(st.pinned_bytes, 16 * MiB, "%llu bytes still pinned 5 s after a 50 ms decay",
+		      (unsigned long long)st.pinned_bytes);
 }

@@ -485,13 +485,14 @@ Test(reserve, fork_waits_for_the_thread)
 	check_accounting(1);
 }
 
-/* RDMALLOC_RESERVE=0: today's behaviour, every growth registered inline,
- * no thread. */
+/* RDMALLOC_RESERVE=0: every growth registered inline, and no thread for a
+ * heap that never decays (one that does wants the thread for its tick:
+ * test_giveback.c, idle_program_gives_back_without_a_reserve). */
 Test(reserve, off_registers_inline, .init = NULL)
 {
 	setenv("RDMALLOC_RESERVE", "0", 1);
 	install(1);
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
 	cr_assert(h);
 	for (int i = 0; i < 5; i++)
 		grow(h);
