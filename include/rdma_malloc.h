@@ -149,10 +149,9 @@ const char *rdma_malloc_version(unsigned int *major, unsigned int *minor, unsign
  * smallest such chunk of each heap is kept registered, against growing and
  * shrinking around one chunk.  Decay runs as the heap is used, and while
  * the program is idle the reserve's background thread ticks it (started
- * with the heap's first chunk, RDMALLOC_RESERVE=0 too; a heap whose decay
- * time is -1 asks for no thread).  Blocks of up to 1 MiB a thread
- * freed last stay in its cache until it allocates again, or until the
- * background thread flushes a cache its thread has not used for the decay
+ * with the heap's first chunk or big block, RDMALLOC_RESERVE=0 too).
+ * Blocks of up to 1 MiB a thread freed last stay in its cache until it
+ * allocates again, or until the background thread flushes a cache its thread has not used for the decay
  * time.  A lookup of an address in a given-back chunk of an rdma_* heap
  * fails with ENOENT (the LD_PRELOAD drop-in's heap registers the chunk
  * again instead, with new keys), and its old keys are invalid: a peer's

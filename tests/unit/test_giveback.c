@@ -259,6 +259,8 @@ static void setup_no_reserve(void)
 Test(giveback, idle_program_gives_back_without_a_reserve, .init = setup_no_reserve)
 {
 	idle_program_gives_back();
+	struct rdma_malloc_stats st = stats();
+	cr_assert(st.reserve_hits == 0 && st.inline_chunks > 0, "RDMALLOC_RESERVE=0 did not hold");
 }
 
 /* A thread that goes quiet after a burst: the blocks its cache holds kept
