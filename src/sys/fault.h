@@ -15,7 +15,10 @@
  *            as when the real call fails;
  *  MMAP      the mmap of an ordinary chunk in rdmalloc_os_map_aligned() (os.c);
  *  HUGEPAGE  the mmap of an explicit huge-page chunk in hugetlb_map()
- *            (hugepage.c): a failure falls back as doc/modes.md says.
+ *            (hugepage.c): a failure falls back as doc/modes.md says;
+ *  THREAD    the main thread's scheduling and CPUs for a thread of ours
+ *            in rdmalloc_os_start_threads() (os.c), as when pthread_create
+ *            refuses them: the thread starts with its starter's.
  *
  * Pause points, where a test runs a function of its own in the library's
  * thread (to widen a race window), holding no lock of ours:
@@ -35,6 +38,7 @@ enum rdmalloc_fault_site {
 	RDMALLOC_FAULT_DEREG,
 	RDMALLOC_FAULT_MMAP,
 	RDMALLOC_FAULT_HUGEPAGE,
+	RDMALLOC_FAULT_THREAD,
 	RDMALLOC_FAULT_SITES
 };
 

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +18,9 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "counters.h"
 #include "fault.h"
+#include "log.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
@@ -132,6 +135,48 @@ static long membarrier(int cmd)
 	return syscall(SYS_membarrier, cmd, 0, 0);
 }
 
+/* @attr for a thread of the process's, not of the thread starting it: the
+ * main thread's scheduling policy, priority and CPUs.  0 or an errno. */
+static int as_main_thread(pthread_attr_t *attr)
+{
+	pid_t main_tid = getpid();
+	struct sched_param sp;
+	int policy = sched_getscheduler(main_tid);
+	if (policy < 0 || sched_getparam(main_tid, &sp))
+		return errno;
+	cpu_set_t cpus;
+	if (sched_getaffinity(main_tid, sizeof cpus, &cpus))
+		return errno; /* EINVAL: more CPUs than a cpu_set_t holds */
+	int err = pthread_attr_setinheritsched(attr, PTHREAD_EXPLICIT_SCHED);
+	if (!err)
+		err = pthread_attr_setschedpolicy(attr, policy & ~SCHED_RESET_ON_FORK);
+	if (!err)
+		err = pthread_attr_setschedparam(attr, &sp);
+	if (!err)
+		err = pthread_attr_setaffinity_np(attr, sizeof cpus, &cpus);
+	return err;
+}
+
+/* Start up to @n threads with @attr (made by the caller, detached, with its
+ * stack size); the first error stops it. */
+static int start(pthread_attr_t *attr, void *(*fn)(void *), unsigned n, unsigned *started)
+{
+	int err = 0;
+	for (pthread_t t; *started < n && !(err = pthread_create(&t, attr, fn, NULL));)
+		++*started;
+	return err;
+}
+
+static int new_attr(pthread_attr_t *attr, size_t stack)
+{
+	int err = pthread_attr_init(attr);
+	if (!err) {
+		pthread_attr_setdetachstate(attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(attr, stack);
+	}
+	return err;
+}
+
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started)
 {
 	*started = 0;
@@ -139,13 +184,28 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_t attr;
-	int err = pthread_attr_init(&attr);
+	int err = new_attr(&attr, stack);
 	if (!err) {
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&attr, stack);
-		for (pthread_t t; *started < n && !(err = pthread_create(&t, &attr, fn, NULL));)
-			++*started;
+		int why = rdmalloc_fault_hit(RDMALLOC_FAULT_THREAD, NULL, 0);
+		if (!why)
+			why = as_main_thread(&attr);
+		if (!why)
+			err = start(&attr, fn, n, started);
 		pthread_attr_destroy(&attr);
+		if (why || err == EPERM || err == EINVAL) { /* the main thread's were refused: the starter's */
+			if (!why)
+				why = err;
+			if (!(err = new_attr(&attr, stack))) {
+				err = start(&attr, fn, n, started);
+				pthread_attr_destroy(&attr);
+			}
+			if (*started) {
+				STAT_INC(fallbacks);
+				rdmalloc_log_once(RDMALLOC_LOG_WARN, "rdmalloc's threads cannot take the main "
+						  "thread's scheduling and CPUs (%s): they run with those of the "
+						  "thread that starts them (counted in fallbacks)", strerror(why));
+			}
+		}
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return err;

@@ -55,8 +55,12 @@ int rdmalloc_os_barrier_all_threads(void);
  * start with every signal blocked (signals are the program's threads'
  * business) and a stack of @stack bytes: without a size of our own glibc
  * takes its default-attribute lock, which the calling thread may hold
- * already (it allocates inside pthread_getattr_default_np's copy).  Never
- * from a hook or with a lock of ours held.
+ * already (it allocates inside pthread_getattr_default_np's copy).  They
+ * serve the process, so they take the main thread's scheduling policy,
+ * priority and CPUs, not the calling thread's (a data-path thread pinned
+ * to one CPU, SCHED_FIFO); where that is refused, the caller's (logged
+ * once, counted in fallbacks).  Never from a hook or with a lock of ours
+ * held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
 /* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */

@@ -32,6 +32,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include "heap.h"
+#include "reserve.h"
 
 #include <criterion/redirect.h>
 
@@ -875,5 +876,24 @@ Test(fault, allocation_relief_holds_reserves_off_until_the_retry, .timeout = 60)
 		  (unsigned long long)(relief_out.reserve_waits - relief_in.reserve_waits));
 	rdma_free(q);
 	cr_assert_eq(rdma_heap_destroy(relief_other), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* Where the main thread's scheduling and CPUs are refused for a thread of
+ * ours, it starts with those of the thread that starts it: logged once,
+ * counted in fallbacks, and the reserve works as before. */
+Test(fault, a_thread_refused_the_main_threads_scheduling_starts_with_its_starters, .init = cr_redirect_stderr)
+{
+	fake_verbs_install(1);
+	rdmalloc_fault_arm(RDMALLOC_FAULT_THREAD, 1, 0, EPERM);
+	uint64_t fallbacks = fu_stats().fallbacks;
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 64 << 10); /* the first growth: the thread starts on return */
+	cr_assert(p);
+	cr_assert_eq(atomic_load(&rdmalloc_reserve_thread_state), 2, "the thread did not start");
+	cr_assert_geq(rdmalloc_fault_injected(RDMALLOC_FAULT_THREAD), 1);
+	cr_assert_eq(fu_stats().fallbacks, fallbacks + 1, "not counted in fallbacks");
+	rdma_free(p);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }

@@ -11,11 +11,14 @@
  * Soft-RoCE guest.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -502,4 +505,62 @@ Test(reserve, off_registers_inline, .init = NULL)
 	cr_assert_eq(st.reserve_chunks, 0);
 	cr_assert_eq(atomic_load(&rdmalloc_reserve_thread_state), 0, "a thread was wanted");
 	check_accounting(1);
+}
+
+/* The thread a program's thread starts serves the whole process: it runs
+ * with the main thread's scheduling and CPUs, not with those of the thread
+ * whose allocation started it (a data-path thread pinned to one CPU under
+ * SCHED_FIFO, or a SCHED_IDLE worker, which unprivileged tests can be). */
+static void *start_from_an_idle_pinned_thread(void *h)
+{
+	struct sched_param sp = { 0 };
+	cr_assert_eq(sched_setscheduler(0, SCHED_IDLE, &sp), 0, "%s", strerror(errno));
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu(), &one);
+	cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0, "%s", strerror(errno));
+	void *p = rdma_heap_malloc(h, 64 * KiB); /* its heap's first growth: the thread starts on return */
+	cr_assert(p);
+	return p;
+}
+
+static pid_t thread_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	cr_assert(d);
+	pid_t found = 0;
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		char path[300], comm[32] = "";
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f && fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0)
+			found = (pid_t)atoi(e->d_name);
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+Test(reserve, the_thread_runs_as_the_main_thread_not_as_its_starter)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	pthread_t t;
+	void *p;
+	cr_assert_eq(pthread_create(&t, NULL, start_from_an_idle_pinned_thread, h), 0);
+	cr_assert_eq(pthread_join(t, &p), 0);
+	pid_t tid = 0;
+	for (int i = 0; i < 100 && !(tid = thread_named("rdmalloc-reserv")); i++)
+		usleep(10000);
+	cr_assert(tid, "no rdmalloc-reserv thread");
+	cr_assert_eq(sched_getscheduler(tid), sched_getscheduler(0), "it took the policy of the thread that started it");
+	cpu_set_t mine, its;
+	cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+	cr_assert_eq(sched_getaffinity(tid, sizeof its, &its), 0);
+	if (CPU_COUNT(&mine) < 2)
+		cr_log_warn("one CPU allowed: the CPUs are not tested");
+	cr_assert(CPU_EQUAL(&mine, &its), "it runs on %d CPUs, the main thread on %d", CPU_COUNT(&its),
+		  CPU_COUNT(&mine));
+	rdma_free(p);
 }
