@@ -16,9 +16,9 @@
  *  MMAP      the mmap of an ordinary chunk in rdmalloc_os_map_aligned() (os.c);
  *  HUGEPAGE  the mmap of an explicit huge-page chunk in hugetlb_map()
  *            (hugepage.c): a failure falls back as doc/modes.md says;
- *  THREAD    the main thread's scheduling and CPUs for a thread of ours
- *            in rdmalloc_os_start_threads() (os.c), as when pthread_create
- *            refuses them: the thread starts with its starter's.
+ *  THREAD    a new thread of ours moving to the scheduling and CPUs of
+ *            the process at load (os.c, place_self), as when the kernel
+ *            refuses them: it keeps its starter's.
  *
  * Pause points, where a test runs a function of its own in the library's
  * thread (to widen a race window), holding no lock of ours:

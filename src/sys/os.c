@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,77 +136,91 @@ static long membarrier(int cmd)
 	return syscall(SYS_membarrier, cmd, 0, 0);
 }
 
-/* @attr for a thread of the process's, not of the thread starting it: the
- * main thread's scheduling policy, priority and CPUs.  0 or an errno. */
-static int as_main_thread(pthread_attr_t *attr)
-{
-	pid_t main_tid = getpid();
-	struct sched_param sp;
-	int policy = sched_getscheduler(main_tid);
-	if (policy < 0 || sched_getparam(main_tid, &sp))
-		return errno;
+/*
+ * Where the process ran when this library was loaded (the thread running
+ * the constructors: the main thread, or a dlopen()'s caller): the policy,
+ * priority and CPUs our threads take, whichever thread starts them.  Read
+ * at load, before a program pins its main thread to a polling CPU.
+ */
+static struct {
+	int policy; /* -1: unknown */
+	struct sched_param param;
+	int cpus_known;
 	cpu_set_t cpus;
-	if (sched_getaffinity(main_tid, sizeof cpus, &cpus))
-		return errno; /* EINVAL: more CPUs than a cpu_set_t holds */
-	int err = pthread_attr_setinheritsched(attr, PTHREAD_EXPLICIT_SCHED);
-	if (!err)
-		err = pthread_attr_setschedpolicy(attr, policy & ~SCHED_RESET_ON_FORK);
-	if (!err)
-		err = pthread_attr_setschedparam(attr, &sp);
-	if (!err)
-		err = pthread_attr_setaffinity_np(attr, sizeof cpus, &cpus);
-	return err;
+} at_load = { .policy = -1 };
+
+__attribute__((constructor)) void rdmalloc_os_note_placement(void)
+{
+	int policy = sched_getscheduler(0);
+	if (policy >= 0 && sched_getparam(0, &at_load.param) == 0)
+		at_load.policy = policy & ~SCHED_RESET_ON_FORK;
+	at_load.cpus_known = sched_getaffinity(0, sizeof at_load.cpus, &at_load.cpus) == 0;
 }
 
-/* Start up to @n threads with @attr (made by the caller, detached, with its
- * stack size); the first error stops it. */
-static int start(pthread_attr_t *attr, void *(*fn)(void *), unsigned n, unsigned *started)
+/* The new thread moves itself to where the process ran at load: no
+ * attribute for pthread_create to apply (glibc allocates for a CPU set in
+ * attributes, and its attributes cannot carry SCHED_BATCH or SCHED_IDLE).
+ * A refusal (EPERM: leaving SCHED_IDLE past RLIMIT_NICE; EINVAL: CPUs no
+ * longer allowed) leaves that part as it was inherited. */
+static void place_self(void)
 {
-	int err = 0;
-	for (pthread_t t; *started < n && !(err = pthread_create(&t, attr, fn, NULL));)
-		++*started;
-	return err;
-}
-
-static int new_attr(pthread_attr_t *attr, size_t stack)
-{
-	int err = pthread_attr_init(attr);
-	if (!err) {
-		pthread_attr_setdetachstate(attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(attr, stack);
+	int refused = rdmalloc_fault_hit(RDMALLOC_FAULT_THREAD, NULL, 0);
+	const char *what = "scheduling and CPUs";
+	if (!refused && at_load.cpus_known && sched_setaffinity(0, sizeof at_load.cpus, &at_load.cpus)) {
+		refused = errno;
+		what = "CPUs";
 	}
-	return err;
+	if (at_load.policy >= 0 && sched_setscheduler(0, at_load.policy, &at_load.param) && !refused) {
+		refused = errno;
+		what = "scheduling";
+	}
+	if (refused) {
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "a thread of rdmalloc's cannot take the %s of the process at "
+				  "load (%s): it keeps those of the thread that started it (counted in fallbacks)",
+				  what, strerror(refused));
+	}
+}
+
+/* The functions our threads run, each in a slot of its own, which the new
+ * thread is given to find it (C has no portable cast of a function to a
+ * void *). */
+typedef void *(*thread_fn)(void *);
+static _Atomic(thread_fn) entries[4];
+
+static void *placed(void *slot)
+{
+	thread_fn fn = atomic_load_explicit((_Atomic(thread_fn) *)slot, memory_order_acquire);
+	place_self();
+	return fn(NULL);
+}
+
+static _Atomic(thread_fn) *entry_of(thread_fn fn)
+{
+	for (unsigned i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+		thread_fn none = NULL;
+		if (atomic_load_explicit(&entries[i], memory_order_acquire) == fn ||
+		    atomic_compare_exchange_strong(&entries[i], &none, fn) || none == fn)
+			return &entries[i];
+	}
+	rdmalloc_fatal("more kinds of threads than rdmalloc_os_start_threads has slots for");
 }
 
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started)
 {
 	*started = 0;
+	_Atomic(thread_fn) *slot = entry_of(fn);
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_t attr;
-	int err = new_attr(&attr, stack);
+	int err = pthread_attr_init(&attr);
 	if (!err) {
-		int why = rdmalloc_fault_hit(RDMALLOC_FAULT_THREAD, NULL, 0);
-		if (!why)
-			why = as_main_thread(&attr);
-		if (!why)
-			err = start(&attr, fn, n, started);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, stack);
+		for (pthread_t t; *started < n && !(err = pthread_create(&t, &attr, placed, (void *)slot));)
+			++*started;
 		pthread_attr_destroy(&attr);
-		if (why || err == EPERM || err == EINVAL) { /* the main thread's were refused: the starter's */
-			if (!why)
-				why = err;
-			if (!(err = new_attr(&attr, stack))) {
-				err = start(&attr, fn, n, started);
-				pthread_attr_destroy(&attr);
-			}
-			if (*started) {
-				STAT_INC(fallbacks);
-				rdmalloc_log_once(RDMALLOC_LOG_WARN, "rdmalloc's threads cannot take the main "
-						  "thread's scheduling and CPUs (%s): they run with those of the "
-						  "thread that starts them (counted in fallbacks)", strerror(why));
-			}
-		}
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return err;

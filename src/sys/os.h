@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compiler.h"
+
 /* Anonymous read-write memory of @len bytes: NULL with errno. */
 void *rdmalloc_os_map(size_t len);
 /* The same as address space only (MAP_NORESERVE): pages count as touched. */
@@ -56,13 +58,18 @@ int rdmalloc_os_barrier_all_threads(void);
  * business) and a stack of @stack bytes: without a size of our own glibc
  * takes its default-attribute lock, which the calling thread may hold
  * already (it allocates inside pthread_getattr_default_np's copy).  They
- * serve the process, so they take the main thread's scheduling policy,
- * priority and CPUs, not the calling thread's (a data-path thread pinned
- * to one CPU, SCHED_FIFO); where that is refused, the caller's (logged
- * once, counted in fallbacks).  Never from a hook or with a lock of ours
- * held.
+ * serve the process, so each first moves itself to the scheduling policy,
+ * priority and CPUs the process had when this library was loaded, not the
+ * calling thread's (a data-path thread pinned to one CPU under SCHED_FIFO,
+ * maybe the main thread pinned since); a part the kernel refuses stays as
+ * inherited, logged once and counted in fallbacks.  Nothing is allocated
+ * here (a fork meanwhile finds no allocator lock of ours taken).  Never
+ * from a hook or with a lock of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
+/* Note the calling thread's placement as the process's at load (the
+ * library's constructor; tests, to stand for another start). */
+RDMALLOC_TESTABLE void rdmalloc_os_note_placement(void);
 /* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */
 uint64_t rdmalloc_now_ns(void);
 /* 64 random bits from the kernel (getrandom(2)); without entropy yet, the

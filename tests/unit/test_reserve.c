@@ -28,6 +28,7 @@
 
 #include "chunk.h"
 #include "fake_verbs.h"
+#include "os.h"
 #include "reserve.h"
 #include "rdma_malloc.h"
 
@@ -508,17 +509,23 @@ Test(reserve, off_registers_inline, .init = NULL)
 }
 
 /* The thread a program's thread starts serves the whole process: it runs
- * with the main thread's scheduling and CPUs, not with those of the thread
- * whose allocation started it (a data-path thread pinned to one CPU under
- * SCHED_FIFO, or a SCHED_IDLE worker, which unprivileged tests can be). */
-static void *start_from_an_idle_pinned_thread(void *h)
+ * with the scheduling and CPUs the process had at load, not with those of
+ * the thread whose allocation started it (a data-path thread pinned to one
+ * CPU under SCHED_FIFO; here SCHED_BATCH, which any test may leave again),
+ * nor with the main thread's CPUs once it pinned itself to a polling CPU. */
+static void pin_to_this_cpu(void)
 {
-	struct sched_param sp = { 0 };
-	cr_assert_eq(sched_setscheduler(0, SCHED_IDLE, &sp), 0, "%s", strerror(errno));
 	cpu_set_t one;
 	CPU_ZERO(&one);
 	CPU_SET(sched_getcpu(), &one);
 	cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0, "%s", strerror(errno));
+}
+
+static void *start_from_a_batch_pinned_thread(void *h)
+{
+	struct sched_param sp = { 0 };
+	cr_assert_eq(sched_setscheduler(0, SCHED_BATCH, &sp), 0, "%s", strerror(errno));
+	pin_to_this_cpu();
 	void *p = rdma_heap_malloc(h, 64 * KiB); /* its heap's first growth: the thread starts on return */
 	cr_assert(p);
 	return p;
@@ -542,25 +549,69 @@ static pid_t thread_named(const char *name)
 	return found;
 }
 
-Test(reserve, the_thread_runs_as_the_main_thread_not_as_its_starter)
+/* The reserve's thread runs with @policy on @cpus. */
+static void check_placement(int policy, const cpu_set_t *cpus)
 {
+	pid_t tid = 0;
+	for (int i = 0; i < 500 && !(tid = thread_named("rdmalloc-reserv")); i++)
+		usleep(10000);
+	cr_assert(tid, "no rdmalloc-reserv thread after 5 s");
+	for (int i = 0; i < 500 && sched_getscheduler(tid) != policy; i++)
+		usleep(10000); /* it moves itself: once it has run */
+	cr_assert_eq(sched_getscheduler(tid), policy, "it took the policy of the thread that started it");
+	cpu_set_t its;
+	cr_assert_eq(sched_getaffinity(tid, sizeof its, &its), 0);
+	if (CPU_COUNT(cpus) < 2)
+		cr_log_warn("one CPU allowed: the CPUs are not tested");
+	cr_assert(CPU_EQUAL(cpus, &its), "it runs on %d CPUs, the process at load on %d", CPU_COUNT(&its),
+		  CPU_COUNT(cpus));
+	cr_assert_eq(stats().fallbacks, 0, "counted as a fallback");
+}
+
+Test(reserve, the_thread_runs_as_the_process_at_load_not_as_its_starter)
+{
+	cpu_set_t cpus;
+	cr_assert_eq(sched_getaffinity(0, sizeof cpus, &cpus), 0);
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(h);
 	pthread_t t;
 	void *p;
-	cr_assert_eq(pthread_create(&t, NULL, start_from_an_idle_pinned_thread, h), 0);
+	cr_assert_eq(pthread_create(&t, NULL, start_from_a_batch_pinned_thread, h), 0);
 	cr_assert_eq(pthread_join(t, &p), 0);
-	pid_t tid = 0;
-	for (int i = 0; i < 100 && !(tid = thread_named("rdmalloc-reserv")); i++)
-		usleep(10000);
-	cr_assert(tid, "no rdmalloc-reserv thread");
-	cr_assert_eq(sched_getscheduler(tid), sched_getscheduler(0), "it took the policy of the thread that started it");
-	cpu_set_t mine, its;
-	cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
-	cr_assert_eq(sched_getaffinity(tid, sizeof its, &its), 0);
-	if (CPU_COUNT(&mine) < 2)
-		cr_log_warn("one CPU allowed: the CPUs are not tested");
-	cr_assert(CPU_EQUAL(&mine, &its), "it runs on %d CPUs, the main thread on %d", CPU_COUNT(&its),
-		  CPU_COUNT(&mine));
+	check_placement(sched_getscheduler(0), &cpus);
+	rdma_free(p);
+}
+
+Test(reserve, the_thread_keeps_the_cpus_of_the_process_at_load_once_main_pins_itself)
+{
+	cpu_set_t cpus;
+	cr_assert_eq(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+	pin_to_this_cpu(); /* a polling main thread */
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 64 * KiB);
+	cr_assert(p);
+	check_placement(sched_getscheduler(0), &cpus);
+	rdma_free(p);
+}
+
+/* A process started under SCHED_BATCH (or SCHED_IDLE, which thread
+ * attributes cannot carry): the thread runs under it too, on the CPUs at
+ * load, though a SCHED_OTHER thread pinned to one CPU started it. */
+Test(reserve, the_thread_takes_a_batch_policy_of_the_process_at_load, .init = NULL)
+{
+	install(1);
+	cpu_set_t cpus;
+	cr_assert_eq(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+	struct sched_param sp = { 0 };
+	cr_assert_eq(sched_setscheduler(0, SCHED_BATCH, &sp), 0, "%s", strerror(errno));
+	rdmalloc_os_note_placement(); /* as if the program had started under SCHED_BATCH */
+	cr_assert_eq(sched_setscheduler(0, SCHED_OTHER, &sp), 0, "%s", strerror(errno));
+	pin_to_this_cpu();
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 64 * KiB);
+	cr_assert(p);
+	check_placement(SCHED_BATCH, &cpus);
 	rdma_free(p);
 }
