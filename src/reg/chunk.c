@@ -386,8 +386,8 @@ struct rdmalloc_chunk *rdmalloc_chunk_create_big(struct rdmalloc_heap *heap, str
 		errno = err;
 		return NULL;
 	}
-	if (rdmalloc_spec_eager(spec) && spec->decay_ms >= 0)
-		rdmalloc_reserve_want_tick(); /* once freed, it goes after the decay time (big.c) */
+	if (rdmalloc_spec_eager(spec))
+		rdmalloc_reserve_want_tick(spec); /* once freed, it goes after the decay time (big.c) */
 	rdmalloc_pd_users_release(used);
 	rdmalloc_chunk_unlock();
 	return c;

@@ -121,8 +121,8 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	if (err && first && !rdmalloc_registered_pds(c)) {
 		c->held = 0;
 		rdmalloc_held_bytes -= c->map_size;
-	} else if (!err && first && c->spec->decay_ms >= 0) {
-		rdmalloc_reserve_want_tick(); /* pinned now: given back once idle for the decay time */
+	} else if (!err && first) {
+		rdmalloc_reserve_want_tick(c->spec); /* pinned now: given back once idle for the decay time */
 	}
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a release or a discard may wait for it */
 	rdmalloc_chunk_unlock();

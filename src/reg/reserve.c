@@ -123,8 +123,10 @@ static void unlist(struct rdmalloc_reserve *r)
 	r->listed = 0;
 }
 
-void rdmalloc_reserve_want_tick(void)
+void rdmalloc_reserve_want_tick(const struct rdmalloc_chunk_spec *spec)
 {
+	if (spec->decay_ms < 0)
+		return; /* nothing of it ever decays */
 	tick_asks++;
 	if (tick_at == UINT64_MAX) {
 		tick_at = 0;
@@ -137,8 +139,7 @@ void rdmalloc_reserve_want_tick(void)
 void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size)
 {
 	struct rdmalloc_reserve *r = &spec->reserve;
-	if (spec->decay_ms >= 0)
-		rdmalloc_reserve_want_tick();
+	rdmalloc_reserve_want_tick(spec);
 	if (!rdmalloc_opts.reserve || r->closed)
 		return;
 	if (!r->listed) {

@@ -61,11 +61,11 @@ RDMALLOC_TESTABLE size_t rdmalloc_reserve_next_size(size_t last, size_t limit);
 #define RDMALLOC_RESERVE_SHARE 4 /* a quarter */
 #define RDMALLOC_RESERVE_FLOOR ((size_t)8 << 20)
 void rdmalloc_reserve_grown(struct rdmalloc_chunk_spec *spec, struct rdmalloc_heap *heap, size_t size);
-/* A heap whose decay time is not -1 now holds pinned memory (a growth, a
- * big block, a registration on first use): the thread is wanted, to tick
- * its decay while the program makes no call (chunk lock held; started as
- * below).  rdmalloc_reserve_grown() calls it. */
-void rdmalloc_reserve_want_tick(void);
+/* A heap of @spec now holds pinned memory (a growth, a big block, a
+ * registration on first use): unless its decay time is -1, the thread is
+ * wanted, to tick its decay while the program makes no call (chunk lock
+ * held; started as below).  rdmalloc_reserve_grown() calls it. */
+void rdmalloc_reserve_want_tick(const struct rdmalloc_chunk_spec *spec);
 /* A chunk of @r's heap was given back (chunk lock held): the heap shrinks,
  * its ready chunk is dropped. */
 void rdmalloc_reserve_shrunk(struct rdmalloc_reserve *r);
