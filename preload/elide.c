@@ -510,8 +510,7 @@ static int settle(struct elided *e, struct rdmalloc_chunk *c, struct ibv_pd *pd,
 	rdmalloc_pd_unlock();
 	if (doomed)
 		detach_doomed(doomed);
-	if (unlikely(rdmalloc_reserve_start_wanted())) /* to tick the decay of what it pinned: no lock held */
-		rdmalloc_reserve_start();
+	rdmalloc_threads_start_wanted(); /* the tick of what it pinned: no lock held */
 	return err;
 }
 

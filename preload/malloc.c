@@ -42,7 +42,7 @@
 #include "addrmap.h"
 #include "rdma_malloc.h"
 #include "counters.h"
-#include "crew.h"
+#include "reserve.h"
 #include "freed.h"
 #include "verbs.h"
 
@@ -212,10 +212,7 @@ static inline void errand(void)
 {
 	if (unlikely(tl_bound == RDMALLOC_TL_ERRAND)) {
 		tl_bound = 1;
-		if (rdmalloc_reserve_start_wanted())
-			rdmalloc_reserve_start();
-		if (rdmalloc_crew_start_wanted())
-			rdmalloc_crew_start();
+		rdmalloc_threads_start_wanted();
 	}
 }
 

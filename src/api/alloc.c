@@ -18,16 +18,6 @@
 #include "tls.h"
 #include "counters.h"
 
-/* A growth asked for the reserve's registration thread, or the crew for
- * its workers: started here, outside every lock (reserve.h, crew.h). */
-static inline void start_reserve(void)
-{
-	if (unlikely(rdmalloc_reserve_start_wanted()))
-		rdmalloc_reserve_start();
-	if (unlikely(rdmalloc_crew_start_wanted()))
-		rdmalloc_crew_start();
-}
-
 /* @ptr is of no live chunk: fatal.  In a chunk given back, it was freed
  * before (a double free); else not ours, as glibc's free() treats an
  * invalid pointer. */
@@ -98,7 +88,7 @@ static void *alloc(struct rdmalloc_heap *h, size_t size, size_t align, int zero)
 		errno = saved;
 		return alloc_ended(h, size, align, zero);
 	}
-	start_reserve();
+	rdmalloc_threads_start_wanted(); /* a growth asked for them: outside every lock */
 	errno = likely(p != NULL) ? saved : ENOMEM;
 	return p;
 }
@@ -179,7 +169,7 @@ void *rdmalloc_api_realloc(struct rdmalloc_heap *to, void *ptr, struct rdmalloc_
 	void *q;
 	RDMALLOC_RELIEVED(q, c->big ? rdmalloc_big_realloc(c, ptr, size ? size : 1, alloc_plain, "rdma_realloc")
 				    : rdmalloc_heap_rallocx(c, ptr, size ? size : 1, "rdma_realloc"));
-	start_reserve();
+	rdmalloc_threads_start_wanted(); /* a growth asked for them: outside every lock */
 	errno = likely(q != NULL) ? saved : ENOMEM;
 	return q;
 }

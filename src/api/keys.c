@@ -74,8 +74,7 @@ static __attribute__((noinline)) int first_use(const void *ptr, size_t len, stru
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunk_demand(c, pd);
 	rdmalloc_pd_unlock();
-	if (unlikely(rdmalloc_reserve_start_wanted())) /* to tick its decay: outside every lock */
-		rdmalloc_reserve_start();
+	rdmalloc_threads_start_wanted(); /* the tick of its decay: outside every lock */
 	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
 }
 

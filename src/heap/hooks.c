@@ -36,7 +36,6 @@
 
 #include "addrmap.h"
 #include "chunk.h"
-#include "crew.h"
 #include "counters.h"
 #include "heap.h"
 #include "os.h"
@@ -71,7 +70,7 @@ static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_
 	/* The reserve wants its thread, or the crew its workers, which are
 	 * started outside every lock: a drop-in thread on its next
 	 * allocation, rdma_* calls on return. */
-	if (unlikely(rdmalloc_reserve_start_wanted() || rdmalloc_crew_start_wanted()) && rdmalloc_tl.bound == 1)
+	if (unlikely(rdmalloc_threads_wanted()) && rdmalloc_tl.bound == 1)
 		rdmalloc_tl.bound = RDMALLOC_TL_ERRAND;
 	*zero = true; /* fresh anonymous mapping (a reserve chunk too: nobody wrote it) */
 	*commit = committed;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "compiler.h"
+#include "crew.h"
 
 struct rdmalloc_chunk;
 struct rdmalloc_chunk_spec;
@@ -83,6 +84,20 @@ static inline int rdmalloc_reserve_start_wanted(void)
 /* Start the registration thread (once; a failure is logged once, counted
  * in fallbacks, and growth keeps registering inline).  No lock held. */
 void rdmalloc_reserve_start(void);
+
+/* Whether a call wanted a thread of ours started: the reserve's (above) or
+ * the crew's workers (crew.h).  Then, outside every lock, start them. */
+static inline int rdmalloc_threads_wanted(void)
+{
+	return rdmalloc_reserve_start_wanted() || rdmalloc_crew_start_wanted();
+}
+static inline void rdmalloc_threads_start_wanted(void)
+{
+	if (__builtin_expect(rdmalloc_reserve_start_wanted(), 0))
+		rdmalloc_reserve_start();
+	if (__builtin_expect(rdmalloc_crew_start_wanted(), 0))
+		rdmalloc_crew_start();
+}
 
 /*
  * The thread also runs @tick (the heap layer's decay of idle memory, set
