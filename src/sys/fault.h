@@ -16,8 +16,8 @@
  *  MMAP      the mmap of an ordinary chunk in rdmalloc_os_map_aligned() (os.c);
  *  HUGEPAGE  the mmap of an explicit huge-page chunk in hugetlb_map()
  *            (hugepage.c): a failure falls back as doc/modes.md says;
- *  THREAD    a new thread of ours moving to the scheduling and CPUs of
- *            the process at load (os.c, place_self), as when the kernel
+ *  THREAD    a new thread of ours moving to the scheduling, nice value
+ *            and CPUs of the process at load (os.c, place_self), as when the kernel
  *            refuses them: it keeps its starter's.
  *
  * Pause points, where a test runs a function of its own in the library's

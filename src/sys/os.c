@@ -139,12 +139,15 @@ static long membarrier(int cmd)
 /*
  * Where the process ran when this library was loaded (the thread running
  * the constructors: the main thread, or a dlopen()'s caller): the policy,
- * priority and CPUs our threads take, whichever thread starts them.  Read
- * at load, before a program pins its main thread to a polling CPU.
+ * priority, nice value and CPUs our threads take, whichever thread starts
+ * them.  Read at load, before a program pins its main thread to a polling
+ * CPU.
  */
 static struct {
 	int policy; /* -1: unknown */
 	struct sched_param param;
+	int nice_known;
+	int nice;
 	int cpus_known;
 	cpu_set_t cpus;
 } at_load = { .policy = -1 };
@@ -154,19 +157,26 @@ __attribute__((constructor)) void rdmalloc_os_note_placement(void)
 	int policy = sched_getscheduler(0);
 	if (policy >= 0 && sched_getparam(0, &at_load.param) == 0)
 		at_load.policy = policy & ~SCHED_RESET_ON_FORK;
+	errno = 0; /* -1 is a nice value */
+	at_load.nice = getpriority(PRIO_PROCESS, 0); /* 0: the calling thread, on Linux */
+	at_load.nice_known = errno == 0;
 	at_load.cpus_known = sched_getaffinity(0, sizeof at_load.cpus, &at_load.cpus) == 0;
 }
 
 /* The new thread moves itself to where the process ran at load: no
  * attribute for pthread_create to apply (glibc allocates for a CPU set in
- * attributes, and its attributes cannot carry SCHED_BATCH or SCHED_IDLE).
- * A refusal (EPERM: leaving SCHED_IDLE past RLIMIT_NICE; EINVAL: CPUs no
- * longer allowed) leaves that part as it was inherited. */
+ * attributes, and its attributes cannot carry SCHED_BATCH, SCHED_IDLE or a
+ * nice value).  Each part is tried; a refusal (EPERM: leaving SCHED_IDLE
+ * past RLIMIT_NICE; EACCES: a lower nice value past it; EINVAL: CPUs no
+ * longer allowed) leaves that part as it was inherited, and the first is
+ * reported. */
 static void place_self(void)
 {
+	const char *what = "scheduling, nice value and CPUs";
 	int refused = rdmalloc_fault_hit(RDMALLOC_FAULT_THREAD, NULL, 0);
-	const char *what = "scheduling and CPUs";
-	if (!refused && at_load.cpus_known && sched_setaffinity(0, sizeof at_load.cpus, &at_load.cpus)) {
+	if (refused)
+		goto report; /* as if every part were refused */
+	if (at_load.cpus_known && sched_setaffinity(0, sizeof at_load.cpus, &at_load.cpus)) {
 		refused = errno;
 		what = "CPUs";
 	}
@@ -174,6 +184,12 @@ static void place_self(void)
 		refused = errno;
 		what = "scheduling";
 	}
+	/* The nice value, which a change of policy keeps. */
+	if (at_load.nice_known && setpriority(PRIO_PROCESS, 0, at_load.nice) && !refused) {
+		refused = errno;
+		what = "nice value";
+	}
+report:
 	if (refused) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "a thread of rdmalloc's cannot take the %s of the process at "

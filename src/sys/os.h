@@ -59,10 +59,11 @@ int rdmalloc_os_barrier_all_threads(void);
  * takes its default-attribute lock, which the calling thread may hold
  * already (it allocates inside pthread_getattr_default_np's copy).  They
  * serve the process, so each first moves itself to the scheduling policy,
- * priority and CPUs the process had when this library was loaded, not the
- * calling thread's (a data-path thread pinned to one CPU under SCHED_FIFO,
- * maybe the main thread pinned since); a part the kernel refuses stays as
- * inherited, logged once and counted in fallbacks.  Nothing is allocated
+ * priority, nice value and CPUs the process had when this library was
+ * loaded, not the calling thread's (a data-path thread pinned to one CPU
+ * under SCHED_FIFO or at nice 19, maybe the main thread pinned since); a
+ * part the kernel refuses stays as inherited, logged once and counted in
+ * fallbacks.  Nothing is allocated
  * here (a fork meanwhile finds no allocator lock of ours taken).  Never
  * from a hook or with a lock of ours held.
  */

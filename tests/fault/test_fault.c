@@ -29,10 +29,13 @@
 #include "fault_util.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include "heap.h"
 #include "reserve.h"
+#include "thread_named.h"
 
 #include <criterion/redirect.h>
 
@@ -879,9 +882,9 @@ Test(fault, allocation_relief_holds_reserves_off_until_the_retry, .timeout = 60)
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
-/* Where the scheduling and CPUs of the process at load are refused for a
- * thread of ours, it keeps those of the thread that started it: logged
- * once, counted in fallbacks, and the reserve works as before. */
+/* Where the placement of the process at load is refused for a thread of
+ * ours, it keeps its starter's, every part of it (here SCHED_BATCH at nice
+ * 3): logged once, counted in fallbacks, and the reserve works as before. */
 Test(fault, a_thread_refused_its_placement_starts_as_its_starter, .init = cr_redirect_stderr)
 {
 	fake_verbs_install(1);
@@ -889,6 +892,10 @@ Test(fault, a_thread_refused_its_placement_starts_as_its_starter, .init = cr_red
 	uint64_t fallbacks = fu_stats().fallbacks;
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
 	cr_assert(h);
+	int policy = sched_getscheduler(0), nice_at_load = getpriority(PRIO_PROCESS, 0);
+	struct sched_param sp = { 0 };
+	cr_assert_eq(sched_setscheduler(0, SCHED_BATCH, &sp), 0, "%s", strerror(errno));
+	cr_assert_eq(setpriority(PRIO_PROCESS, 0, nice_at_load + 3), 0, "%s", strerror(errno));
 	void *p = rdma_heap_malloc(h, 64 << 10); /* the first growth: the thread starts on return */
 	cr_assert(p);
 	cr_assert_eq(atomic_load(&rdmalloc_reserve_thread_state), 2, "the thread did not start");
@@ -896,6 +903,12 @@ Test(fault, a_thread_refused_its_placement_starts_as_its_starter, .init = cr_red
 		usleep(10000); /* the thread counts it once it runs */
 	cr_assert_eq(rdmalloc_fault_injected(RDMALLOC_FAULT_THREAD), 1);
 	cr_assert_eq(fu_stats().fallbacks, fallbacks + 1, "not counted in fallbacks");
+	pid_t tid = thread_named_wait("rdmalloc-reserv");
+	cr_assert(tid, "no rdmalloc-reserv thread after 5 s");
+	cr_assert(policy != SCHED_BATCH, "the test runs under SCHED_BATCH: it tests nothing");
+	cr_assert_eq(sched_getscheduler(tid), SCHED_BATCH, "refused, it took the policy at load all the same");
+	cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)tid), nice_at_load + 3,
+		     "refused, it took the nice value at load all the same");
 	rdma_free(p);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }

@@ -11,17 +11,18 @@
  * Soft-RoCE guest.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@
 #include "os.h"
 #include "reserve.h"
 #include "rdma_malloc.h"
+#include "thread_named.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -531,30 +533,10 @@ static void *start_from_a_batch_pinned_thread(void *h)
 	return p;
 }
 
-static pid_t thread_named(const char *name)
-{
-	DIR *d = opendir("/proc/self/task");
-	cr_assert(d);
-	pid_t found = 0;
-	for (struct dirent *e; !found && (e = readdir(d));) {
-		char path[300], comm[32] = "";
-		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (f && fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0)
-			found = (pid_t)atoi(e->d_name);
-		if (f)
-			fclose(f);
-	}
-	closedir(d);
-	return found;
-}
-
 /* The reserve's thread runs with @policy on @cpus. */
 static void check_placement(int policy, const cpu_set_t *cpus)
 {
-	pid_t tid = 0;
-	for (int i = 0; i < 500 && !(tid = thread_named("rdmalloc-reserv")); i++)
-		usleep(10000);
+	pid_t tid = thread_named_wait("rdmalloc-reserv");
 	cr_assert(tid, "no rdmalloc-reserv thread after 5 s");
 	for (int i = 0; i < 500 && sched_getscheduler(tid) != policy; i++)
 		usleep(10000); /* it moves itself: once it has run */
@@ -613,5 +595,43 @@ Test(reserve, the_thread_takes_a_batch_policy_of_the_process_at_load, .init = NU
 	void *p = rdma_heap_malloc(h, 64 * KiB);
 	cr_assert(p);
 	check_placement(SCHED_BATCH, &cpus);
+	rdma_free(p);
+}
+
+/* A program thread at nice 5 starts the thread of a process whose nice
+ * value at load was 15: it runs at 15, not at its starter's 5 (the other
+ * way, a lower value, needs RLIMIT_NICE or CAP_SYS_NICE: the same call). */
+static sem_t go;
+
+static void *start_at_nice_5(void *h)
+{
+	cr_assert_eq(getpriority(PRIO_PROCESS, 0), 5);
+	while (sem_wait(&go))
+		;
+	void *p = rdma_heap_malloc(h, 64 * KiB); /* its heap's first growth: the thread starts on return */
+	cr_assert(p);
+	return p;
+}
+
+Test(reserve, the_thread_takes_the_nice_value_of_the_process_at_load, .init = NULL)
+{
+	install(1);
+	cr_assert_eq(sem_init(&go, 0, 0), 0);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	cr_assert_eq(setpriority(PRIO_PROCESS, 0, 5), 0, "%s", strerror(errno)); /* the main thread only */
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, start_at_nice_5, h), 0);
+	cr_assert_eq(setpriority(PRIO_PROCESS, 0, 15), 0, "%s", strerror(errno));
+	rdmalloc_os_note_placement(); /* as if the program had started at nice 15 */
+	cr_assert_eq(sem_post(&go), 0);
+	void *p;
+	cr_assert_eq(pthread_join(t, &p), 0);
+	pid_t tid = thread_named_wait("rdmalloc-reserv");
+	cr_assert(tid, "no rdmalloc-reserv thread after 5 s");
+	for (int i = 0; i < 500 && getpriority(PRIO_PROCESS, (id_t)tid) != 15; i++)
+		usleep(10000); /* it moves itself: once it has run */
+	cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)tid), 15, "it took the nice value of the thread that started it");
+	cr_assert_eq(stats().fallbacks, 0, "counted as a fallback");
 	rdma_free(p);
 }
