@@ -609,7 +609,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(limit_refusals, counter, "chunks refused by RDMALLOC_MAX_REGISTERED")     \
 	X(purges_refused, counter, "purge/unmap requests refused on pinned chunks") \
 	X(lookups, counter, "key lookups that succeeded")                           \
-	X(lookup_failures, counter, "key lookups that failed (ENOENT/ERANGE/ENODEV)") \
+	X(lookup_failures, counter, "key lookups that failed (ENOENT/ERANGE/ENODEV/ENOMEM)") \
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
 	X(elided_registrations, counter, "ibv_reg_mr calls of the program answered from a chunk (LD_PRELOAD)") \
 	X(passthrough_registrations, counter, "ibv_reg_mr calls of the program passed to libibverbs (LD_PRELOAD)") \

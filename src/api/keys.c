@@ -64,17 +64,25 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
 static __attribute__((noinline)) int first_use(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys,
 					       struct ibv_mr **mr)
 {
+	int saved = errno; /* rdma_malloc_keys() leaves it alone: ibv_reg_mr sets it */
 	rdmalloc_init(); /* under the drop-in, the default PD opens on first need */
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
 	if (!pd)
 		pd = rdmalloc_pd_default();
-	if (!c || !pd || !rdmalloc_spec_on_demand(c->spec) || !rdmalloc_pd_attached(pd))
+	if (!c || !pd || !rdmalloc_spec_on_demand(c->spec) || !rdmalloc_pd_attached(pd)) {
+		errno = saved;
 		return ENODEV;
+	}
 	rdmalloc_chunk_demand_prepare(c); /* outside every lock */
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunk_demand(c, pd);
 	rdmalloc_pd_unlock();
 	rdmalloc_threads_start_wanted(); /* the tick of its decay: outside every lock */
+	errno = saved;
+	/* Refused, whatever ibv_reg_mr said (EFAULT, ENOSPC...; logged once
+	 * with it): ENOMEM, as the header has it.  ENOENT: given back. */
+	if (err && err != ENOENT && err != ENODEV)
+		err = ENOMEM;
 	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
 }
 

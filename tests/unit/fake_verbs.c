@@ -57,6 +57,13 @@ void fake_fail_reg(unsigned long n, unsigned long count)
 	pthread_mutex_unlock(&mu);
 }
 
+static int fail_errno = ENOMEM;
+
+void fake_fail_reg_errno(int err)
+{
+	fail_errno = err ? err : ENOMEM;
+}
+
 void fake_fail_reg_from(unsigned long n)
 {
 	fake_fail_reg(n, 0);
@@ -209,7 +216,7 @@ static struct ibv_mr *fake_reg_body(struct ibv_pd *pd, void *addr, size_t len, u
 	calls++;
 	if (fail_from && calls >= fail_from && (!fail_count || calls < fail_from + fail_count)) {
 		pthread_mutex_unlock(&mu);
-		errno = ENOMEM;
+		errno = fail_errno;
 		return NULL;
 	}
 	/* An implicit ODP region (NULL, SIZE_MAX) needs the capability, as on

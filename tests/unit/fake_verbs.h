@@ -35,6 +35,8 @@ struct ibv_pd *fake_pd(int i);
 void fake_fail_reg_from(unsigned long n);
 /* Fail @count registrations from number n on, then succeed again. */
 void fake_fail_reg(unsigned long n, unsigned long count);
+/* The errno of those failures (ENOMEM unless set; 0: back to ENOMEM). */
+void fake_fail_reg_errno(int err);
 /* Also allocate from the private jemalloc inside every registration, as
  * libibverbs does when rdmalloc is the process allocator. */
 void fake_reenter_jemalloc(int on);

@@ -125,6 +125,52 @@ Test(firstuse, limit_refuses_the_lookup_not_the_allocation, .init = cr_redirect_
 		rdma_free(p[i]);
 }
 
+/* rdma_malloc_keys() leaves errno alone whatever its first use does (a
+ * registration, which sets errno inside ibv_reg_mr; a refusal; no PD; not
+ * ours), and a refused first registration is ENOMEM whatever ibv_reg_mr
+ * said (here EFAULT), as the header has it; rdma_malloc_mr() says the same
+ * in errno. */
+Test(firstuse, lookups_leave_errno_alone_and_a_refusal_is_enomem, .init = cr_redirect_stderr)
+{
+	fake_verbs_install(1);
+	cr_assert(rdma_malloc_default_pd());
+	rdma_heap_t *h = heap_with(RDMALLOC_REG_FIRST_USE), *g = heap_with(RDMALLOC_REG_FIRST_USE);
+	char *p = rdma_heap_malloc(h, 1 * MiB), *q = rdma_heap_malloc(g, 1 * MiB), local = 0;
+	cr_assert(p && q);
+	const struct {
+		const char *what;
+		const void *ptr;
+		struct ibv_pd *pd;
+		int want;
+	} cases[] = {
+		{ "a first use that registers", p, NULL, 0 },
+		{ "a registered chunk", p, NULL, 0 },
+		{ "a PD not attached", p, fake_pd(3), ENODEV },
+		{ "memory not ours", &local, NULL, ENOENT },
+		{ "a first use refused with EFAULT", q, NULL, ENOMEM },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		if (cases[i].want == ENOMEM) {
+			fake_fail_reg_errno(EFAULT);
+			fake_fail_reg_from(fake_reg_calls() + 1);
+		}
+		errno = 1234;
+		int err = rdma_malloc_keys(cases[i].ptr, 64, cases[i].pd, NULL, NULL);
+		cr_assert_eq(err, cases[i].want, "%s: %s, not %s", cases[i].what, strerror(err), strerror(cases[i].want));
+		cr_assert_eq(errno, 1234, "%s: errno is %d (%s)", cases[i].what, errno, strerror(errno));
+		if (cases[i].want) {
+			cr_assert_null(rdma_malloc_mr(cases[i].ptr, 64, cases[i].pd));
+			cr_assert_eq(errno, cases[i].want, "rdma_malloc_mr, %s: %s", cases[i].what, strerror(errno));
+		}
+	}
+	cr_assert_eq(stats().demand_refusals, 2);
+	fake_fail_reg_from(0);
+	fake_fail_reg_errno(0);
+	cr_assert_eq(rdma_malloc_keys(q, 64, NULL, NULL, NULL), 0, "not registered once the refusals end");
+	rdma_free(p);
+	rdma_free(q);
+}
+
 /* RDMALLOC_PRELOAD_REGISTER=eager's policy: registered when made, but a
  * refusal leaves the chunk plain and the allocation succeeds. */
 Test(firstuse, eager_plain_refusal_leaves_the_chunk_plain, .init = cr_redirect_stderr)
