@@ -492,11 +492,15 @@ PRELOAD_API size_t malloc_usable_size(void *p)
 /* glibc's malloc_trim(): our chunks are what can be given back; glibc's
  * own heap holds only what was allocated before the drop-in took over.
  * @pad is ignored (jemalloc keeps nothing free that we could bound).
- * 1 if memory was given back, as glibc says. */
+ * 1 if memory was given back, as glibc says: registered chunks, or the
+ * free pages of plain ones, which go back as the trim decommits them
+ * (other threads' meanwhile included). */
 PRELOAD_API int malloc_trim(size_t pad)
 {
 	(void)pad;
-	return rdma_malloc_trim() > 0;
+	uint64_t discarded = atomic_load_explicit(&rdmalloc_counters.discarded_bytes, memory_order_relaxed);
+	return rdma_malloc_trim() > 0 ||
+	       atomic_load_explicit(&rdmalloc_counters.discarded_bytes, memory_order_relaxed) != discarded;
 }
 
 void *rdmalloc_preload_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));

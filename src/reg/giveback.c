@@ -267,8 +267,10 @@ void rdmalloc_chunk_decommit(void *addr, size_t len)
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "freed pages could not be given back to the kernel "
 					  "(madvise: %s; mlock'ed?): they stay resident, zeroed when used again "
 					  "(counted in fallbacks)", strerror(err));
-		} else if (odp) {
-			STAT_INC(odp_purges);
+		} else {
+			STAT_ADD(discarded_bytes, len);
+			if (odp)
+				STAT_INC(odp_purges);
 		}
 		rdmalloc_chunk_lock();
 		c->discarding--;

@@ -6,6 +6,9 @@
  * from its arena the drop-in leaves empty, was all zeros.  Run under
  * LD_PRELOAD; exits 1 with a message on the first wrong answer.
  */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +63,46 @@ int main(void)
 	char *at = strstr(xml, want);
 	check(at && strtoull(at + strlen(want), NULL, 10) >= 16 * MIB, "malloc_info: current size", 0, 0);
 	free(xml);
-	check(malloc_info(1, stdout) != 0, "malloc_info(1, ...) fails (man page: -1, EINVAL)", 0, 0);
+	errno = 0;
+	check(malloc_info(1, stdout) == -1 && errno == EINVAL, "malloc_info(1, ...) fails with -1, EINVAL",
+	      (size_t)errno, 0);
+
+	/* Past INT_MAX bytes in chunks, mallinfo() saturates where glibc's
+	 * wraps (3 GiB of address space, never touched). */
+	enum { G = 4 };
+	char *g[G];
+	for (int i = 0; i < G; i++)
+		if (!(g[i] = malloc(768 * MIB)))
+			return 2;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	struct mallinfo sat = mallinfo();
+#pragma GCC diagnostic pop
+	check(mallinfo2().arena >= 3072 * MIB, "mallinfo2: arena counts 3 GiB more", mallinfo2().arena, 0);
+	check(sat.arena == INT_MAX && sat.uordblks == INT_MAX, "mallinfo: arena and uordblks saturate at INT_MAX",
+	      (size_t)sat.arena, (size_t)sat.uordblks);
+	for (int i = 0; i < G; i++)
+		free(g[i]);
+	/* Their pages go back (plain memory: at once, the chunks kept), and
+	 * malloc_trim says so, as glibc's; once more, nothing is left. */
+	int trimmed = malloc_trim(0), again = malloc_trim(0);
+	check(trimmed == 1 && again == 0, "malloc_trim says 1 when it gave pages back, then 0", (size_t)trimmed,
+	      (size_t)again);
+
+	/* hblks: blocks that are chunks of their own, an rdma_* heap's big
+	 * blocks (64 KiB or more by default). */
+	void *(*rdma_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "rdma_malloc");
+	void (*rdma_free)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
+	check(rdma_malloc && rdma_free, "the drop-in exports rdma_malloc and rdma_free", 0, 0);
+	if (rdma_malloc && rdma_free) {
+		int hblks = mallinfo2().hblks ? (int)mallinfo2().hblks : 0;
+		void *b = rdma_malloc(MIB);
+		check(b != NULL, "rdma_malloc(1 MiB)", 0, 0);
+		check(mallinfo2().hblks == (size_t)hblks + 1 && mallinfo2().hblkhd == 0,
+		      "mallinfo2: hblks counts the big block (its bytes are in arena: hblkhd 0)", mallinfo2().hblks,
+		      (size_t)hblks);
+		rdma_free(b);
+	}
 
 	for (int i = 0; i < N; i++)
 		free(p[i]);

@@ -127,6 +127,8 @@ Test(odp, odp_heaps_give_freed_pages_back_pinned_heaps_do_not, .init = setup_no_
 	rdmalloc_heap_purge(pinned);
 	struct rdma_malloc_stats st = stats();
 	cr_assert_gt(st.odp_purges, 0, "the ODP heap purged nothing");
+	cr_assert_geq(st.discarded_bytes, len, "discarded_bytes: %llu for a %zu-byte block's pages",
+		      (unsigned long long)st.discarded_bytes, len);
 	cr_assert_gt(st.purges_refused, refused0, "the pinned heap's purge was not refused");
 	cr_assert_lt(resident_pages(a, len), len / 4096 / 2, "ODP heap kept %zu resident pages",
 		     resident_pages(a, len));
@@ -187,12 +189,13 @@ Test(odp, freed_pages_that_cannot_go_back_are_zeroed_when_reused)
 	/* The system call itself: ASan's mlock() does nothing. */
 	if (syscall(SYS_mlock, a, len))
 		cr_skip_test("mlock of %zu bytes: %s", len, strerror(errno));
-	uint64_t fallbacks0 = stats().fallbacks, purges0 = stats().odp_purges;
+	uint64_t fallbacks0 = stats().fallbacks, purges0 = stats().odp_purges, discarded0 = stats().discarded_bytes;
 	rdma_free(a);
 	rdmalloc_heap_purge(h);
 	struct rdma_malloc_stats st = stats();
 	cr_assert_gt(st.fallbacks, fallbacks0, "a discard that failed was not counted");
 	cr_assert_eq(st.odp_purges, purges0, "a discard that failed was counted as done");
+	cr_assert_eq(st.discarded_bytes, discarded0, "a discard that failed was counted in discarded_bytes");
 	cr_assert_eq(resident_pages(a, len), len / 4096, "the locked pages went");
 	/* Blocks until one lies on the old pages (jemalloc picks where). */
 	int reused = 0;
