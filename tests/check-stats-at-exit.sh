@@ -2,7 +2,7 @@
 # The stats at exit (RDMALLOC_STATS): JSON with every field of the header's
 # X-macro plus pid, program and library version; text with a header line
 # (version, pid, program), units, no zero row unless RDMALLOC_STATS_ALL=1,
-# values in one aligned column; RDMALLOC_STATS_FILE with %p; a bad value
+# values in one aligned column; RDMALLOC_STATS_FILE with %p, %h and %%; a bad value
 # warns once, naming the variable, and prints nothing.
 #   check-stats-at-exit.sh PROGRAM HEADER VERSION
 set -eu
@@ -47,6 +47,9 @@ grep -q "^rdmalloc $version stats of pid $pid ($prog)" "$f" || { cp "$f" "$tmp/o
 RDMALLOC_STATS=json RDMALLOC_STATS_FILE="$tmp/all.json" "$exe" >/dev/null 2>&1
 RDMALLOC_STATS=json RDMALLOC_STATS_FILE="$tmp/all.json" "$exe" >/dev/null 2>&1
 [ "$(grep -c '^{"version"' "$tmp/all.json")" = 2 ] || fail "two processes did not append a line each to one file"
+host=$(uname -n)
+RDMALLOC_STATS=json RDMALLOC_STATS_FILE="$tmp/%h-100%%.json" "$exe" >/dev/null 2>&1
+[ -s "$tmp/$host-100%.json" ] || { ls "$tmp" >"$tmp/out"; fail "RDMALLOC_STATS_FILE=%h-100%%.json did not make $host-100%.json"; }
 RDMALLOC_STATS=1 RDMALLOC_STATS_FILE="$tmp/no/such/dir/x" "$exe" 2>"$tmp/out" >/dev/null
 grep -q 'cannot open RDMALLOC_STATS_FILE' "$tmp/out" && grep -q 'stats of pid' "$tmp/out" ||
 	fail "an unopenable RDMALLOC_STATS_FILE is not reported, or the stats are lost"
@@ -54,4 +57,4 @@ grep -q 'cannot open RDMALLOC_STATS_FILE' "$tmp/out" && grep -q 'stats of pid' "
 RDMALLOC_STATS=maybe RDMALLOC_LOG_LEVEL=warn "$exe" 2>"$tmp/out" >/dev/null
 [ "$(grep -c 'RDMALLOC_STATS="maybe" is not valid' "$tmp/out")" = 1 ] || fail "bad RDMALLOC_STATS not warned once"
 ! grep -q '"version"\|stats of pid' "$tmp/out" || fail "stats printed although RDMALLOC_STATS was invalid"
-echo "ok: stats at exit (json: $fields fields + pid, program, version; text: header, units, no zero rows, one column; all rows; file with %p, appended; bad value warned)"
+echo "ok: stats at exit (json: $fields fields + pid, program, version; text: header, units, no zero rows, one column; all rows; file with %p, %h and %%, appended; bad value warned)"

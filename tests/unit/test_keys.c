@@ -5,11 +5,14 @@
  * lookup's answers; PD attach/detach.
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fake_verbs.h"
 #include "reserve.h"
@@ -193,4 +196,77 @@ Test(keys, too_many_pds_is_enospc)
 			attached++;
 	cr_assert_eq(err, ENOSPC);
 	cr_assert_eq(attached, RDMA_MALLOC_MAX_PDS - 1, "the default PD holds one slot");
+}
+
+/* A fork child has none of the parent's registrations (doc/preload.md,
+ * fork): its lookups say ENODEV, of old memory and new, until it attaches
+ * a PD of its own, which registers both there; the parent keeps its keys. */
+Test(keys, a_fork_child_has_keys_only_once_it_attaches_a_pd_of_its_own)
+{
+	char *p = rdma_malloc(100 << 10);
+	cr_assert(p);
+	uint32_t before, after;
+	cr_assert_eq(rdma_malloc_keys(p, 1, NULL, &before, NULL), 0);
+	rdmalloc_reserves_settle();
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		if (rdma_malloc_keys(p, 1, NULL, NULL, NULL) != ENODEV)
+			_exit(10); /* the parent's registration */
+		char *q = rdma_malloc(3 << 20);
+		if (!q)
+			_exit(11);
+		if (rdma_malloc_keys(q, 1, NULL, NULL, NULL) != ENODEV)
+			_exit(12); /* a new chunk registered with the parent's PD */
+		if (rdma_malloc_attach_pd(fake_pd(1)))
+			_exit(13);
+		uint32_t kp, kq;
+		if (rdma_malloc_keys(p, 100 << 10, fake_pd(1), &kp, NULL) || rdma_malloc_keys(q, 3 << 20, fake_pd(1), &kq, NULL))
+			_exit(14);
+		const struct fake_mr_info *fp = fake_find(fake_pd(1), p), *fq = fake_find(fake_pd(1), q);
+		if (!fp || !fq || fp->mr->lkey != kp || fq->mr->lkey != kq)
+			_exit(15); /* keys of no region of the child's PD */
+		rdma_free(q);
+		_exit(0);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	static const char *why[] = { [10] = "the child kept the parent's keys",
+				     [11] = "the child could not allocate",
+				     [12] = "the child's new chunk had keys of the parent's PD",
+				     [13] = "the child could not attach a PD",
+				     [14] = "the child had no keys under its own PD",
+				     [15] = "the child's keys are of no region of its PD" };
+	cr_assert(WIFEXITED(status), "child: status %#x", status);
+	int code = WEXITSTATUS(status);
+	cr_assert_eq(code, 0, "child: %s (exit %d)", code < 16 && why[code] ? why[code] : "?", code);
+	cr_assert_eq(rdma_malloc_keys(p, 1, NULL, &after, NULL), 0);
+	cr_assert_eq(after, before, "the parent's key changed");
+	cr_assert(fake_find(fake_pd(0), p), "the child's exit took the parent's region");
+	rdma_free(p);
+}
+
+/* RDMALLOC_MAX_REGISTERED counts a chunk registered with two PDs once
+ * (pinned_bytes; doc/options.md): 6 MiB under two PDs fits in 8 MiB, a
+ * second 6 MiB does not. */
+Test(keys, the_limit_counts_a_chunk_of_two_pds_once, .init = cr_redirect_stderr)
+{
+	setenv("RDMALLOC_MAX_REGISTERED", "8M", 1);
+	setenv("RDMALLOC_RESERVE", "0", 1);
+	fake_verbs_install(1);
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	char *p = rdma_malloc(6 << 20);
+	cr_assert(p, "6 MiB under two PDs refused by an 8 MiB limit: %s", strerror(errno));
+	cr_assert(fake_find(fake_pd(0), p) && fake_find(fake_pd(1), p), "not registered with both PDs");
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	cr_assert_leq(st.pinned_bytes, 8 << 20, "pinned_bytes %llu", (unsigned long long)st.pinned_bytes);
+	cr_assert_geq(st.registered_bytes, 2 * st.pinned_bytes - (2 << 20),
+		      "registered_bytes %llu, pinned_bytes %llu: not two PDs' worth", (unsigned long long)st.registered_bytes,
+		      (unsigned long long)st.pinned_bytes);
+	errno = 0;
+	char *q = rdma_malloc(6 << 20);
+	cr_assert_null(q, "a second 6 MiB passed an 8 MiB limit");
+	cr_assert_eq(errno, ENOMEM);
+	rdma_free(p);
 }
