@@ -429,9 +429,11 @@ void rdmalloc_verbs_section_end(int cancel)
 	count_out(cancel);
 }
 
+RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+
 void rdmalloc_verbs_fork_prepare(void)
 {
-	uint64_t deadline = rdmalloc_now_ns() + RDMALLOC_FORK_WAIT_NS;
+	uint64_t wait = rdmalloc_fork_wait_ns, deadline = rdmalloc_now_ns() + wait;
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	forking = 1;
 	while (under_way > mine && rdmalloc_now_ns() < deadline) /* mine: a fork from a signal handler */
@@ -442,7 +444,7 @@ void rdmalloc_verbs_fork_prepare(void)
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
 				  "after %u s: a child that uses RDMA may hang on the provider's locks (counted in "
-				  "fallbacks)", left, (unsigned)(RDMALLOC_FORK_WAIT_NS / 1000000000u));
+				  "fallbacks)", left, (unsigned)(wait / 1000000000u));
 	}
 }
 

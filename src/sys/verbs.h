@@ -119,6 +119,7 @@ void rdmalloc_verbs_section_end(int cancel);
  * and counted in fallbacks: this wait never hangs a fork (the inner
  * prepare's waits for the reserve and the crew are not bounded). */
 #define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
+extern RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns; /* it; tests shorten it */
 void rdmalloc_verbs_fork_prepare(void);
 void rdmalloc_verbs_fork_parent(void);
 /* No lock taken: the child has one thread (the VERBS lock is reset with
