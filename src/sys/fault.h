@@ -17,8 +17,10 @@
  *  HUGEPAGE  the mmap of an explicit huge-page chunk in hugetlb_map()
  *            (hugepage.c): a failure falls back as doc/modes.md says;
  *  THREAD    a new thread of ours moving to the scheduling, nice value
- *            and CPUs of the process at load (os.c, place_self), as when the kernel
- *            refuses them: it keeps its starter's.
+ *            and CPUs of the process at load (os.c, place_self), as when
+ *            the kernel refuses them: it keeps its starter's;
+ *  POPULATE  madvise(MADV_POPULATE_WRITE) of a slice of a big chunk the
+ *            crew faults in (os.c): EINVAL is a kernel before 5.14.
  *
  * Pause points, where a test runs a function of its own in the library's
  * thread (to widen a race window), holding no lock of ours:
@@ -39,6 +41,7 @@ enum rdmalloc_fault_site {
 	RDMALLOC_FAULT_MMAP,
 	RDMALLOC_FAULT_HUGEPAGE,
 	RDMALLOC_FAULT_THREAD,
+	RDMALLOC_FAULT_POPULATE,
 	RDMALLOC_FAULT_SITES
 };
 

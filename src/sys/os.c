@@ -101,6 +101,9 @@ int rdmalloc_os_dontneed(void *p, size_t len)
 /* The kernel may be older than the headers: EINVAL then. */
 int rdmalloc_os_populate(void *p, size_t len)
 {
+	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_POPULATE, p, len);
+	if (ferr)
+		return ferr;
 	return madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
 }
 

@@ -149,6 +149,7 @@ static inline double fu_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static const char *const fu_site_names[] = { "ibv_reg_mr", "ibv_dereg_mr", "mmap", "hugepage" };
+static const char *const fu_site_names[] = { "ibv_reg_mr", "ibv_dereg_mr", "mmap", "hugepage",
+							     "thread", "populate" };
 
 #endif

@@ -912,3 +912,39 @@ Test(fault, a_thread_refused_its_placement_starts_as_its_starter, .init = cr_red
 	rdma_free(p);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
+
+/* A kernel that refuses MADV_POPULATE_WRITE (before 5.14; here the
+ * POPULATE site fails with EINVAL): a big chunk is registered all the
+ * same, its pages faulted in by the registration alone, and the crew never
+ * tries again: logged once, counted once in fallbacks (doc/options.md,
+ * RDMALLOC_REG_THREADS). */
+Test(fault, a_kernel_without_populate_registers_big_chunks_unpopulated, .init = cr_redirect_stderr)
+{
+	setenv("RDMALLOC_REG_THREADS", "3", 1);
+	setenv("RDMALLOC_RESERVE", "0", 1);
+	fake_verbs_install(1);
+	rdmalloc_fault_arm(RDMALLOC_FAULT_POPULATE, 1, 0, EINVAL);
+	struct rdma_malloc_stats s0 = fu_stats();
+	const size_t len = (size_t)64 << 20;
+	char *a = rdma_malloc(len);
+	cr_assert(a, "rdma_malloc: %s", strerror(errno));
+	unsigned long calls = rdmalloc_fault_calls(RDMALLOC_FAULT_POPULATE);
+	cr_assert_gt(calls, 0, "the crew did not try to populate: the test tests nothing");
+	char *b = rdma_malloc(len);
+	cr_assert(b, "rdma_malloc: %s", strerror(errno));
+	cr_assert_eq(rdmalloc_fault_calls(RDMALLOC_FAULT_POPULATE), calls, "the crew tried to populate again");
+	for (char *p = a; p; p = p == a ? b : NULL) {
+		uint32_t lkey;
+		cr_assert_eq(rdma_malloc_keys(p, len, NULL, &lkey, NULL), 0);
+		const struct fake_mr_info *m = fake_find(fake_pd(0), p);
+		cr_assert(m && m->mr->lkey == lkey && (char *)m->addr <= p && (char *)m->addr + m->len >= p + len,
+			  "the block is not in its registered region");
+		memset(p, 0x5a, len);
+	}
+	struct rdma_malloc_stats st = fu_stats();
+	cr_assert_eq(st.fallbacks, s0.fallbacks + 1, "%llu fallbacks counted, not 1",
+		     (unsigned long long)(st.fallbacks - s0.fallbacks));
+	cr_assert_eq(st.populated_chunks, s0.populated_chunks, "a chunk counted as populated");
+	rdma_free(a);
+	rdma_free(b);
+}
