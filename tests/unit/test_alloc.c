@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* test_alloc.c - the C semantics of the allocation functions. */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <errno.h>
+#include <infiniband/verbs.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -463,4 +465,55 @@ Test(alloc, allocations_after_the_thread_is_cleaned_up_are_registered)
 			     alloc_first ? "allocated first" : "allocated nothing", r.failed);
 		cr_assert(r.ran, "thread %d: its late destructor did not run", i);
 	}
+}
+
+/* An ODP heap has no big blocks to serve such an allocation from: it
+ * answers ENOMEM, logged once and counted in fallbacks (the header), and
+ * the allocations of the thread's life stay good. */
+static rdma_heap_t *late_odp;
+static pthread_key_t late_odp_key;
+
+static void late_odp_destructor(void *arg)
+{
+	struct late *r = arg;
+	errno = 0;
+	void *p = rdma_heap_malloc(late_odp, 100);
+	r->failed = p ? 1 : errno != ENOMEM ? 2 : 0;
+	r->ran = 1;
+}
+
+static void *late_odp_thread(void *arg)
+{
+	struct late *r = arg;
+	r->early = rdma_heap_malloc(late_odp, 64);
+	if (!r->early || pthread_setspecific(late_odp_key, r))
+		r->failed = -1;
+	else
+		memset(r->early, 0xa5, 64);
+	return NULL;
+}
+
+Test(alloc, an_odp_heap_answers_enomem_after_the_thread_is_cleaned_up, .init = cr_redirect_stderr)
+{
+	with_device();
+	rdma_free(rdma_malloc(1));
+	cr_assert(rdmalloc_heap_ending_key_first());
+	late_odp = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .flags = RDMA_HEAP_ODP });
+	cr_assert(late_odp, "an ODP heap: %s", strerror(errno));
+	cr_assert_eq(pthread_key_create(&late_odp_key, late_odp_destructor), 0);
+	struct rdma_malloc_stats s0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s0) }, s1 = s0;
+	cr_assert_eq(rdma_malloc_stats_get(&s0), 0);
+	struct late r = { 0 };
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, late_odp_thread, &r), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert(r.ran, "the late destructor did not run");
+	cr_assert_eq(r.failed, 0, "%s", r.failed == 1 ? "an ODP heap served an allocation after its thread's end"
+				  : r.failed == 2 ? "the refusal was not ENOMEM" : "the thread's allocation failed");
+	cr_assert_eq(rdma_malloc_stats_get(&s1), 0);
+	cr_assert_eq(s1.fallbacks, s0.fallbacks + 1, "not counted in fallbacks");
+	for (int i = 0; i < 64; i++)
+		cr_assert_eq(r.early[i], 0xa5, "byte %d of the thread's block changed", i);
+	rdma_free(r.early);
+	cr_assert_eq(rdma_heap_destroy(late_odp), 0);
 }
