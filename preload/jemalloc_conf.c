@@ -17,6 +17,7 @@
  * of plain jemalloc's CPU before, 0.94-1.04 after, in the same runs;
  * doc/benchmarks.md, "Fifth run"). */
 const char *je_malloc_conf = RDMALLOC_JE_CONF ",tcache:false";
+const char *je_malloc_conf_2_conf_harder = RDMALLOC_JE_CONF_HARDER;
 
 /* Whether the program's MALLOC_CONF leaves threads their cache: jemalloc
  * reads it after the options above, so its last "tcache:" is jemalloc's;

@@ -39,9 +39,9 @@ static void init_core(void)
 	rdmalloc_options_parse(&rdmalloc_opts, env);
 	rdmalloc_options_warn_unknown(environ);
 	rdmalloc_big_init();
-	if (!rdmalloc_heap_jemalloc_retains())
-		rdmalloc_log(RDMALLOC_LOG_INFO, "jemalloc runs with retain:false; chunks are still "
-			     "never merged across registrations");
+	if (!rdmalloc_heap_jemalloc_retains()) /* RDMALLOC_JE_CONF_HARDER not taken: another jemalloc? */
+		rdmalloc_log(RDMALLOC_LOG_WARN, "jemalloc runs with retain:false: every slab and large block "
+			     "is a chunk of its own, registered alone");
 	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */
 	rdmalloc_heap_init();
 	rdmalloc_stats_at_exit(); /* RDMALLOC_STATS (stats_exit.c) */

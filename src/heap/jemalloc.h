@@ -59,5 +59,15 @@ RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
  * 90 KiB of metadata each.
  */
 #define RDMALLOC_JE_CONF "oversize_threshold:1099511627776,narenas:1"
+/*
+ * Options the program's MALLOC_CONF cannot take away (jemalloc reads
+ * je_malloc_conf_2_conf_harder after it).  retain: every extent hook
+ * allocation is a chunk and its registration, and jemalloc grows an arena
+ * by a geometric series of them only while it retains; without it each slab
+ * and large block is a chunk of its own (a registration each, thousands of
+ * MRs, a 2 MiB granule of address space each), and RDMALLOC_CHUNK_MAX
+ * (retain_grow_limit) is refused.
+ */
+#define RDMALLOC_JE_CONF_HARDER "retain:true"
 
 #endif

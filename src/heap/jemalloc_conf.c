@@ -2,7 +2,8 @@
 /*
  * jemalloc_conf.c - compiled-in options of the private jemalloc of
  * librdmalloc.so (read when it initialises; MALLOC_CONF in the environment
- * still overrides them, for this copy as for any jemalloc).
+ * still overrides them, for this copy as for any jemalloc, but for
+ * RDMALLOC_JE_CONF_HARDER: jemalloc.h).
  *
  * Thread caches keep blocks up to 1 MiB instead of jemalloc's 32 KiB:
  * message-sized buffers, the common RDMA case, are then allocated and freed
@@ -20,3 +21,4 @@
 #include "jemalloc.h"
 
 const char *je_malloc_conf = RDMALLOC_JE_CONF ",tcache_max:1048576";
+const char *je_malloc_conf_2_conf_harder = RDMALLOC_JE_CONF_HARDER;
