@@ -47,10 +47,8 @@ RDMALLOC_TESTABLE void *rdmalloc_probe_malloc(size_t size);
 RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
 
 /*
- * jemalloc options every copy of ours is built with (je_malloc_conf).
- * oversize_threshold: jemalloc purges a freed extent of 8 MiB or more at
- * once, not after the decay time; for us that is a chunk given back and
- * registered again on every free and malloc of a big buffer.  1 TiB: never.
+ * jemalloc options every copy of ours is built with (je_malloc_conf; the
+ * program's MALLOC_CONF may change them).
  * narenas: one automatic arena.  Every block of ours comes from a heap's
  * own arenas; the automatic ones serve only what jemalloc itself assigns a
  * thread (its reentrant calls from inside a hook among them).  With
@@ -58,16 +56,21 @@ RDMALLOC_TESTABLE void rdmalloc_probe_free(void *p);
  * go (mimalloc-bench's mleak) had jemalloc initialise three more, about
  * 90 KiB of metadata each.
  */
-#define RDMALLOC_JE_CONF "oversize_threshold:1099511627776,narenas:1"
+#define RDMALLOC_JE_CONF "narenas:1"
 /*
- * Options the program's MALLOC_CONF cannot take away (jemalloc reads
- * je_malloc_conf_2_conf_harder after it).  retain: every extent hook
- * allocation is a chunk and its registration, and jemalloc grows an arena
- * by a geometric series of them only while it retains; without it each slab
- * and large block is a chunk of its own (a registration each, thousands of
- * MRs, a 2 MiB granule of address space each), and RDMALLOC_CHUNK_MAX
- * (retain_grow_limit) is refused.
+ * Options the program's MALLOC_CONF cannot change (jemalloc reads
+ * je_malloc_conf_2_conf_harder after it): without them registration would
+ * no longer stay off the data path.
+ * retain: every extent hook allocation is a chunk and its registration,
+ * and jemalloc grows an arena by a geometric series of them only while it
+ * retains; without it each slab and large block is a chunk of its own (a
+ * registration each, thousands of MRs, a 2 MiB granule of address space
+ * each), and RDMALLOC_CHUNK_MAX (retain_grow_limit) is refused.
+ * oversize_threshold: jemalloc purges a freed extent of 8 MiB or more at
+ * once, not after the decay time; for us that is a chunk given back and
+ * registered again on every free and malloc of a big buffer.  1 TiB: never
+ * (RDMALLOC_DECAY_MS is the knob).
  */
-#define RDMALLOC_JE_CONF_HARDER "retain:true"
+#define RDMALLOC_JE_CONF_HARDER "retain:true,oversize_threshold:1099511627776"
 
 #endif
