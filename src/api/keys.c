@@ -79,10 +79,6 @@ static __attribute__((noinline)) int first_use(const void *ptr, size_t len, stru
 	rdmalloc_pd_unlock();
 	rdmalloc_threads_start_wanted(); /* the tick of its decay: outside every lock */
 	errno = saved;
-	/* Refused, whatever ibv_reg_mr said (EFAULT, ENOSPC...; logged once
-	 * with it): ENOMEM, as the header has it.  ENOENT: given back. */
-	if (err && err != ENOENT && err != ENODEV)
-		err = ENOMEM;
 	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
 }
 

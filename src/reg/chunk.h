@@ -229,9 +229,8 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
  * not yet (its first use by RDMA there): 0; ENOENT (@c is not LIVE: given
  * back or released, its memory is free); ENODEV (@pd is not attached, or
  * @c's heap registers its chunks when they are made); ENOMEM
- * (RDMALLOC_MAX_REGISTERED, after idle memory was given back); or the errno
- * of the failed ibv_reg_mr (ENOMEM/EAGAIN for RLIMIT_MEMLOCK, after idle
- * memory was given back).  The caller holds the PD lock.  Takes the chunk
+ * (RDMALLOC_MAX_REGISTERED, or ibv_reg_mr failed whatever its errno, which
+ * the one warning logged names; after idle memory was given back).  The caller holds the PD lock.  Takes the chunk
  * lock.
  */
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd);

@@ -131,7 +131,7 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "registering a %zu-byte chunk on first use failed: %s "
 				  "(further failures are only counted in demand_refusals)", c->size,
 				  rdmalloc_refusal_text(err));
-		return err;
+		return ENOMEM; /* refused, whatever ibv_reg_mr said: not to be taken for settle()'s answers */
 	}
 	STAT_INC(demand_registrations);
 	rdmalloc_debug("chunk %p of %zu bytes registered on first use", (void *)c->base, c->size);
