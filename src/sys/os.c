@@ -183,12 +183,22 @@ static void place_self(void)
 		refused = errno;
 		what = "CPUs";
 	}
+	/* The nice value counts under SCHED_OTHER and SCHED_BATCH only; a
+	 * change of policy keeps it.  Raised before the policy (leaving
+	 * SCHED_IDLE is judged by the nice value at the time), lowered after. */
+	int nice = at_load.nice_known && (at_load.policy == SCHED_OTHER || at_load.policy == SCHED_BATCH);
+	errno = 0;
+	int now = nice ? getpriority(PRIO_PROCESS, 0) : 0;
+	nice = nice && !errno && now != at_load.nice;
+	if (nice && at_load.nice > now && setpriority(PRIO_PROCESS, 0, at_load.nice) && !refused) {
+		refused = errno;
+		what = "nice value";
+	}
 	if (at_load.policy >= 0 && sched_setscheduler(0, at_load.policy, &at_load.param) && !refused) {
 		refused = errno;
 		what = "scheduling";
 	}
-	/* The nice value, which a change of policy keeps. */
-	if (at_load.nice_known && setpriority(PRIO_PROCESS, 0, at_load.nice) && !refused) {
+	if (nice && at_load.nice < now && setpriority(PRIO_PROCESS, 0, at_load.nice) && !refused) {
 		refused = errno;
 		what = "nice value";
 	}

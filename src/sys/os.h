@@ -41,7 +41,7 @@ int rdmalloc_os_populate(void *p, size_t len);
  * will judge it: CAP_IPC_LOCK, or RLIMIT_MEMLOCK unlimited or above the
  * pages pinned now (VmPin) plus @len.  Reads /proc/self/status: for big
  * registrations only.  1 when it cannot tell. */
-int rdmalloc_os_may_pin(size_t len);
+RDMALLOC_TESTABLE int rdmalloc_os_may_pin(size_t len);
 /* Ask for transparent huge pages on [p, p+len) (MADV_HUGEPAGE): 0 or errno. */
 int rdmalloc_os_thp(void *p, size_t len);
 /*
