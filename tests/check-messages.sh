@@ -57,5 +57,12 @@ check "debug: a chunk made, and how" 1 \
 	"$(printf '%s\n' "$out" | grep -q 'debug: chunk 0x[0-9a-f]* of [0-9]* bytes: \(made\|reserve\)' && echo 1 || echo 0)" "$out"
 out=$(job RDMALLOC_LOG_LEVEL=warn RDMALLOC_JOB_NOTED=no-device sh -c "$prog")
 check "debug lines only at debug" 0 "$(printf '%s\n' "$out" | grep -c 'debug:')" "$out"
+# The options rdmalloc's jemalloc keeps whatever MALLOC_CONF says
+# (src/heap/jemalloc.h) are named once each, at info level only.
+out=$(env MALLOC_CONF=narenas:2,retain:false,oversize_threshold:8388608 RDMALLOC_LOG_LEVEL=info "$prog" 2>&1 >/dev/null)
+check "MALLOC_CONF: retain and oversize_threshold said not taken, once each, not narenas" "1 1 0" \
+	"$(for o in retain:false oversize_threshold:8388608 narenas:2; do printf '%s ' "$(printf '%s\n' "$out" | grep -c "info: MALLOC_CONF's $o is not taken")"; done | sed 's/ $//')" "$out"
+out=$(env MALLOC_CONF=retain:false RDMALLOC_LOG_LEVEL=warn "$prog" 2>&1 >/dev/null)
+check "MALLOC_CONF: nothing said at warn" 0 "$(printf '%s\n' "$out" | grep -c "MALLOC_CONF")" "$out"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h> /* environ (_GNU_SOURCE) */
 
 #include "big.h"
@@ -32,6 +33,22 @@ static const char *env(const char *name)
 	return getenv(name);
 }
 
+/* The program's MALLOC_CONF reaches our jemalloc, but for the options
+ * rdmalloc sets after it (RDMALLOC_JE_CONF_HARDER, jemalloc.h): said once,
+ * at info level, since they may have been meant for the program's own
+ * jemalloc, which takes them. */
+static void note_overridden_malloc_conf(void)
+{
+	static const char *const kept[] = { "retain:", "oversize_threshold:" };
+	const char *conf = getenv("MALLOC_CONF");
+	for (const char *o = conf; o && *o; o = strchr(o, ',') ? strchr(o, ',') + 1 : NULL)
+		for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+			if (!strncmp(o, kept[i], strlen(kept[i])))
+				rdmalloc_log(RDMALLOC_LOG_INFO, "MALLOC_CONF's %.*s is not taken by rdmalloc's jemalloc, "
+					     "which keeps %s (doc/options.md, \"MALLOC_CONF\")",
+					     (int)strcspn(o, ","), o, RDMALLOC_JE_CONF_HARDER);
+}
+
 static void init_core(void)
 {
 	rdmalloc_fork_register_inner(); /* before jemalloc initialises */
@@ -42,6 +59,7 @@ static void init_core(void)
 	if (!rdmalloc_heap_jemalloc_retains()) /* RDMALLOC_JE_CONF_HARDER not taken: another jemalloc? */
 		rdmalloc_log(RDMALLOC_LOG_WARN, "jemalloc runs with retain:false: every slab and large block "
 			     "is a chunk of its own, registered alone");
+	note_overridden_malloc_conf();
 	rdmalloc_fork_register_outer(); /* jemalloc is initialised now */
 	rdmalloc_heap_init();
 	rdmalloc_stats_at_exit(); /* RDMALLOC_STATS (stats_exit.c) */
