@@ -15,7 +15,8 @@
  * grow in place.
  * Figures: doc/benchmarks.md, section 2 and section 3's "Thread caches".
  *
- * Both take RDMALLOC_JE_CONF (jemalloc.h): no eager purge of big frees.
+ * Both take RDMALLOC_JE_CONF (one automatic arena) and, after MALLOC_CONF,
+ * RDMALLOC_JE_CONF_HARDER (retain, no eager purge of big frees): jemalloc.h.
  */
 #include "je.h"
 #include "jemalloc.h"

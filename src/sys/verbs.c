@@ -443,8 +443,8 @@ void rdmalloc_verbs_fork_prepare(void)
 	if (left) { /* no allocation, no lock of ours: a fork handler */
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
-				  "after %u s: a child that uses RDMA may hang on the provider's locks (counted in "
-				  "fallbacks)", left, (unsigned)(wait / 1000000000u));
+				  "after %llu ms: a child that uses RDMA may hang on the provider's locks (counted in "
+				  "fallbacks)", left, (unsigned long long)(wait / 1000000u));
 	}
 }
 
