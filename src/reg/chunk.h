@@ -230,8 +230,8 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
  * back or released, its memory is free); ENODEV (@pd is not attached, or
  * @c's heap registers its chunks when they are made); ENOMEM
  * (RDMALLOC_MAX_REGISTERED, or ibv_reg_mr failed whatever its errno, which
- * the one warning logged names; after idle memory was given back).  The caller holds the PD lock.  Takes the chunk
- * lock.
+ * the one warning logged names; after idle memory was given back).  The
+ * caller holds the PD lock.  Takes the chunk lock.
  */
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd);
 /* Before rdmalloc_chunk_demand(@c), holding no lock: the crew's workers

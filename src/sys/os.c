@@ -160,9 +160,11 @@ __attribute__((constructor)) void rdmalloc_os_note_placement(void)
 	int policy = sched_getscheduler(0);
 	if (policy >= 0 && sched_getparam(0, &at_load.param) == 0)
 		at_load.policy = policy & ~SCHED_RESET_ON_FORK;
+	int saved = errno;
 	errno = 0; /* -1 is a nice value */
 	at_load.nice = getpriority(PRIO_PROCESS, 0); /* 0: the calling thread, on Linux */
 	at_load.nice_known = errno == 0;
+	errno = saved;
 	at_load.cpus_known = sched_getaffinity(0, sizeof at_load.cpus, &at_load.cpus) == 0;
 }
 
