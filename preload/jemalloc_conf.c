@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* jemalloc_conf.c - compiled-in options of the drop-in's private jemalloc
  * (src/heap/jemalloc_conf.c says why the API library's differ). */
-#include <stdlib.h>
 #include <string.h>
 
 #include "je.h"
@@ -24,10 +23,10 @@ const char *je_malloc_conf_2_conf_harder = RDMALLOC_JE_CONF_HARDER;
  * the drop-in honours "tcache:false" by not giving the cache at binding. */
 int rdmalloc_preload_thread_cache_wanted(void)
 {
-	const char *conf = getenv("MALLOC_CONF");
 	int want = 1;
-	for (const char *o = conf; o && *o; o = strchr(o, ',') ? strchr(o, ',') + 1 : NULL)
+	size_t len;
+	for (const char *o = NULL; (o = rdmalloc_heap_malloc_conf_next(o, &len));)
 		if (!strncmp(o, "tcache:", 7))
-			want = strncmp(o + 7, "false", 5) != 0 || (o[12] != ',' && o[12] != '\0');
+			want = len != 12 || strncmp(o + 7, "false", 5) != 0;
 	return want;
 }

@@ -40,13 +40,13 @@ static const char *env(const char *name)
 static void note_overridden_malloc_conf(void)
 {
 	static const char *const kept[] = { "retain:", "oversize_threshold:" };
-	const char *conf = getenv("MALLOC_CONF");
-	for (const char *o = conf; o && *o; o = strchr(o, ',') ? strchr(o, ',') + 1 : NULL)
+	size_t len;
+	for (const char *o = NULL; (o = rdmalloc_heap_malloc_conf_next(o, &len));)
 		for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
 			if (!strncmp(o, kept[i], strlen(kept[i])))
 				rdmalloc_log(RDMALLOC_LOG_INFO, "MALLOC_CONF's %.*s is not taken by rdmalloc's jemalloc, "
 					     "which keeps %s (doc/options.md, \"MALLOC_CONF\")",
-					     (int)strcspn(o, ","), o, RDMALLOC_JE_CONF_HARDER);
+					     (int)len, o, RDMALLOC_JE_CONF_HARDER);
 }
 
 static void init_core(void)

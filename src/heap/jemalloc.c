@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "counters.h"
 #include "je.h"
@@ -110,6 +112,18 @@ void rdmalloc_heap_jemalloc_boot(void)
 	len = 3;
 	if (!cache_miblen && je_mallctlnametomib("thread.tcache.enabled", cache_mib, &len) == 0)
 		__atomic_store_n(&cache_miblen, len, __ATOMIC_RELEASE);
+}
+
+const char *rdmalloc_heap_malloc_conf_next(const char *o, size_t *len)
+{
+	if (!o)
+		o = getenv("MALLOC_CONF");
+	else
+		o = o[*len] == ',' ? o + *len + 1 : NULL;
+	if (!o || !*o)
+		return NULL;
+	*len = strcspn(o, ",");
+	return o;
 }
 
 int rdmalloc_heap_jemalloc_retains(void)

@@ -13,6 +13,10 @@
 void rdmalloc_heap_jemalloc_boot(void);
 /* Whether jemalloc keeps unused address space (opt.retain). */
 int rdmalloc_heap_jemalloc_retains(void);
+/* The options of the environment's MALLOC_CONF in turn, as jemalloc reads
+ * them: the one after @o (NULL: the first), a "key:value" of *@len bytes
+ * not terminated; NULL after the last. */
+const char *rdmalloc_heap_malloc_conf_next(const char *o, size_t *len);
 /* Bind the calling thread to @arena (thread.arena): 0, ESRCH when
  * jemalloc re-enters itself on this thread and so serves it from arena 0
  * however bound (its state is cleaned up: the thread ends; or jemalloc

@@ -97,12 +97,12 @@ int main(void)
 	void (*rdma_free)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
 	check(rdma_malloc && rdma_free, "the drop-in exports rdma_malloc and rdma_free", 0, 0);
 	if (rdma_malloc && rdma_free) {
-		int hblks = mallinfo2().hblks ? (int)mallinfo2().hblks : 0;
+		size_t hblks = mallinfo2().hblks;
 		void *b = rdma_malloc(MIB);
 		check(b != NULL, "rdma_malloc(1 MiB)", 0, 0);
-		check(mallinfo2().hblks == (size_t)hblks + 1 && mallinfo2().hblkhd == 0,
+		check(mallinfo2().hblks == hblks + 1 && mallinfo2().hblkhd == 0,
 		      "mallinfo2: hblks counts the big block (its bytes are in arena: hblkhd 0)", mallinfo2().hblks,
-		      (size_t)hblks);
+		      hblks);
 		rdma_free(b);
 	}
 
