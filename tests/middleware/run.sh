@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The engines RDMA users run, between the two hosts of the Soft-RoCE guest
 # (tools/rdmalloc-vm --hosts 2: host N is rxeN at 10.77.0.N, the traffic
-# crosses a veth pair), each plain, under the drop-in, and under the drop-in
-# with a remote-access heap (so the engine's own registrations of malloc'ed
+# crosses a veth pair), each under the drop-in, and under the drop-in with
+# a remote-access heap (so the engine's own registrations of malloc'ed
 # memory are elided); the MPIs also with that heap giving idle chunks back
-# at once (RDMALLOC_DECAY_MS=0), which must give some back.  Every pair must
+# at once (RDMALLOC_DECAY_MS=0), which must give some back.  The plain run
+# (no drop-in) is the control: it runs after an engine's failure, to say
+# whose it is, and always with MIDDLEWARE_PLAIN=1.  Every pair must
 # pass, data checked where the program can (mpi_check, rping -V,
 # fi_pingpong -c) and by its own verdict otherwise;
 # under the remote-access heap, the engines below marked "elides" must have
@@ -46,7 +48,10 @@ counts() {
 		fail "$name $mode $side: chunks were pinned, nothing given back with RDMALLOC_DECAY_MS=0" "$f"
 	elif ((p > 0 && $(field_of "$f" passthrough_ns) <= 0)); then
 		fail "$name $mode $side: $p registrations passed through in passthrough_ns = 0" "$f"
+	else
+		return 0
 	fi
+	return 1
 }
 
 # pair NAME ELIDES WAIT 'SERVER-ARGS' 'CLIENT-ARGS': the server on host 2,
@@ -54,9 +59,32 @@ counts() {
 # listens) or a number of seconds.  Both must exit 0; a client refused
 # because the server is not yet up is run again.
 pair() {
-	local name=$1 elides=$2 wait=$3 sargs=$4 cargs=$5 mode rc src i
-	[[ $name == $only ]] || return 0
+	[[ $1 == $only ]] || return 0
+	in_modes pair_mode "$@"
+}
+
+# in_modes FUNC NAME ARGS...: FUNC NAME ARGS... MODE for each of $modes;
+# when one fails and plain was not among them, the plain run follows as the
+# control, which says whether the failure is the drop-in's or the guest's.
+in_modes() {
+	local func=$1 name=$2 mode bad=0
+	shift
 	for mode in $modes; do
+		"$func" "$@" "$mode" || bad=1
+	done
+	((bad)) && [[ " $modes " != *" plain "* ]] || return 0
+	if ("$func" "$@" plain) >"$logdir/$name.control" 2>&1; then
+		echo "# control: $name.plain passes: the failure above is the drop-in's"
+	else
+		echo "# control: $name.plain fails as well: the guest or the engine, first"
+		sed 's/^/#   /' "$logdir/$name.control" | tail -n 20
+	fi
+}
+
+# pair_mode NAME ELIDES WAIT SARGS CARGS MODE: one run; 0 if it passed.
+pair_mode() {
+	local name=$1 elides=$2 wait=$3 sargs=$4 cargs=$5 mode=$6 rc src i
+	{
 		local tag=$name.$mode slog=$logdir/$name.$mode.server clog=$logdir/$name.$mode.client
 		# shellcheck disable=SC2086 # the args are word lists
 		timeout $((client_timeout + 30)) bash -c 'on_host 2 "$@"' _ "$mode" $sargs >"$slog" 2>"$slog.err" &
@@ -90,43 +118,50 @@ pair() {
 			ok "$tag"
 			# ucx_perftest's final row, for the record (doc/mpi.md)
 			grep -h 'Final:' "$clog" | tail -n 1 | sed "s/^/# result $tag /"
-			counts "$name" "$mode" server "$slog.err" "$elides"
-			counts "$name" "$mode" client "$clog.err" "$elides"
+			counts "$name" "$mode" server "$slog.err" "$elides" &&
+				counts "$name" "$mode" client "$clog.err" "$elides" || return 1
 		else
 			fail "$tag (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
+			return 1
 		fi
-	done
+	}
 }
 
 # mpi NAME ELIDES LAUNCHER...: two ranks, rank R a process of host R+1
 # (tests/middleware/rank.sh), each checking every byte (mpi_check).
 mpi() {
-	local name=$1 elides=$2 exe=$3 mode rc r
-	shift 3
-	[[ $name == $only ]] || return 0
-	if [[ ! -x $exe ]]; then
-		fail "$name: $exe not built"
+	[[ $1 == $only ]] || return 0
+	if [[ ! -x $3 ]]; then
+		fail "$1: $3 not built"
 		return
 	fi
-	for mode in $modes; do
-		local log=$logdir/$name.$mode
-		timeout $((client_timeout * 2)) "$@" "$here/rank.sh" "$mode" "$log" "$exe" 2 >"$log.out" 2>"$log.err"
-		rc=$?
-		if ((rc == 0)) && grep -q "one-sided ok" "$log.out"; then
-			ok "$name.$mode"
-			grep -h '^mpi_check' "$log.out" | sed 's/^/#   /'
-			for r in 0 1; do counts "$name" "$mode" "rank$r" "$log.rank$r.err" "$elides"; done
-		else
-			fail "$name.$mode (exit $rc)" "$log.out" "$log.err" "$log.rank0.err" "$log.rank1.err"
-		fi
-	done
+	in_modes mpi_mode "$@"
+}
+
+# mpi_mode NAME ELIDES EXE LAUNCHER... MODE: one run; 0 if it passed.
+mpi_mode() {
+	local name=$1 elides=$2 exe=$3 mode=${*: -1} rc r
+	shift 3
+	local launcher=("${@:1:$#-1}") log=$logdir/$name.$mode
+	timeout $((client_timeout * 2)) "${launcher[@]}" "$here/rank.sh" "$mode" "$log" "$exe" 2 >"$log.out" 2>"$log.err"
+	rc=$?
+	if ((rc == 0)) && grep -q "one-sided ok" "$log.out"; then
+		ok "$name.$mode"
+		grep -h '^mpi_check' "$log.out" | sed 's/^/#   /'
+		for r in 0 1; do counts "$name" "$mode" "rank$r" "$log.rank$r.err" "$elides" || return 1; done
+	else
+		fail "$name.$mode (exit $rc)" "$log.out" "$log.err" "$log.rank0.err" "$log.rank1.err"
+		return 1
+	fi
 }
 
 # Each engine runs in these modes (hosts.sh: on_host); the MPIs, whose UCX
 # frees most of what it allocates at start, also with RDMALLOC_DECAY_MS=0
 # (giveback: remote access; local-giveback: the default heap, under UCX's
 # own cached registrations): idle chunks must be given back, no byte lost.
-modes="plain dropin remote"
+plain=
+[[ ${MIDDLEWARE_PLAIN:-0} == 1 ]] && plain="plain "
+modes="${plain}dropin remote"
 if [[ -z ${RDMALLOC_VM_HOSTS:-} ]]; then
 	echo "# needs the guest's two hosts: tools/rdmalloc-vm --hosts 2 -- $0 $build"
 	exit 77
@@ -138,11 +173,11 @@ for t in tag_lat:8 tag_bw:65536 ucp_put_bw:65536 ucp_get:65536 ucp_add:8; do
 	pair "ucx_perftest-${t%:*}" elides tcp:13337 "ucx_perftest -p 13337" \
 		"ucx_perftest 10.77.0.2 -p 13337 -t ${t%:*} -s ${t#*:} -n 1000 -w 50"
 done
-modes="plain dropin remote giveback local-giveback"
+modes="${plain}dropin remote giveback local-giveback"
 mpi openmpi-ucx elides "$build/tests/middleware/mpi_check_openmpi" \
 	mpirun.openmpi --allow-run-as-root --oversubscribe -n 2
 mpi mpich-ucx elides "$build/tests/middleware/mpi_check_mpich" mpiexec.mpich -launcher fork -n 2
-modes="plain dropin remote"
+modes="${plain}dropin remote"
 pair fi_pingpong-msg elides tcp:47592 "fi_pingpong -p verbs -e msg -d rxe2 -I 100 -c" \
 	"fi_pingpong -p verbs -e msg -d rxe1 -I 100 -c 10.77.0.2"
 pair fi_pingpong-rdm elides tcp:47592 "fi_pingpong -p verbs;ofi_rxm -e rdm -d rxe2 -I 100 -c" \

@@ -72,6 +72,6 @@ run "fork torture (drop-in)" env LD_PRELOAD="$build/preload/librdmalloc-preload.
 # The engines RDMA users run (UCX, Open MPI, MPICH, libfabric, rdma_cm),
 # between the guest's two hosts (tools/rdmalloc-vm --hosts 2), plain and
 # under the drop-in.
-run "engines between two hosts, plain and under the drop-in" "$build/tests/middleware/run.sh" "$build"
+run "engines between two hosts under the drop-in (plain as the control of a failure)" "$build/tests/middleware/run.sh" "$build"
 echo "guest: $passed passed, $failed failed"
 [ "$failed" = 0 ]
