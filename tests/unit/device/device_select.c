@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * device_select.c - the device of the default PD (include/rdma_malloc.h,
+ * rdmalloc(7)): the one RDMALLOC_DEVICE names, whatever its port state,
+ * else the first device with an active port, past one that cannot be
+ * opened; with none, rdma_malloc_default_pd() gives ENODEV, memory is
+ * still allocated, its lookups give ENODEV, and the warning says why.
+ * Run against stub_ibverbs.c's made-up devices (STUB_IBV_DEVICES,
+ * LD_LIBRARY_PATH): the selection's logic, not registration.
+ *   device_select DEVICE           the default PD must be on DEVICE
+ *   device_select none MESSAGE     no default PD; the warning holds MESSAGE
+ */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdma_malloc.h"
+
+static int failed;
+
+static void check(int ok, const char *what)
+{
+	printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+	failed |= !ok;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || (!strcmp(argv[1], "none") && argc < 3)) {
+		fprintf(stderr, "usage: device_select DEVICE | none MESSAGE\n");
+		return 2;
+	}
+	const char *want = argv[1];
+	/* The library's messages, to read them back. */
+	FILE *log = tmpfile();
+	int saved = dup(2);
+	if (!log || saved < 0 || dup2(fileno(log), 2) < 0) {
+		perror("device_select: stderr to a file");
+		return 2;
+	}
+	struct ibv_pd *pd = rdma_malloc_default_pd();
+	int pd_err = pd ? 0 : errno;
+	void *p = rdma_malloc(4096);
+	uint32_t lkey = 0, rkey = 0;
+	int keys = p ? rdma_malloc_keys(p, 4096, NULL, &lkey, &rkey) : -1;
+	struct ibv_mr *mr = p ? rdma_malloc_mr(p, 4096, NULL) : NULL;
+	fflush(stderr);
+	dup2(saved, 2);
+	char said[4096] = "";
+	rewind(log);
+	size_t n = fread(said, 1, sizeof(said) - 1, log);
+	said[n] = '\0';
+	if (n)
+		printf("# the library said: %s", said);
+
+	check(p != NULL, "rdma_malloc(4096) gives memory");
+	if (!strcmp(want, "none")) {
+		check(!pd && pd_err == ENODEV, "no default PD: rdma_malloc_default_pd() is NULL, errno ENODEV");
+		check(keys == ENODEV && !mr, "its lookups give ENODEV");
+		check(strstr(said, argv[2]) != NULL, "the warning says why");
+	} else {
+		const char *got = pd ? pd->context->device->name : "(none)";
+		printf("# default PD on %s, %s wanted\n", got, want);
+		check(pd && !strcmp(got, want), "the default PD is on the device wanted");
+		check(keys == 0 && mr && mr->pd == pd && mr->lkey == lkey && mr->rkey == rkey,
+		      "the block's keys are those of a region of that PD");
+		check(!strstr(said, "rdmalloc: warning"), "no warning");
+	}
+	rdma_free(p);
+	return failed;
+}
