@@ -2,8 +2,9 @@
 # The stats at exit (RDMALLOC_STATS): JSON with every field of the header's
 # X-macro plus pid, program and library version; text with a header line
 # (version, pid, program), units, no zero row unless RDMALLOC_STATS_ALL=1,
-# values in one aligned column; RDMALLOC_STATS_FILE with %p, %h and %%; a bad value
-# warns once, naming the variable, and prints nothing.
+# values in one aligned column; RDMALLOC_STATS_FILE with %p, %h and %%, and
+# too long once expanded; a bad value warns once, naming the variable, and
+# prints nothing.
 #   check-stats-at-exit.sh PROGRAM HEADER VERSION
 set -eu
 exe=$1 header=$2 version=$3
@@ -54,7 +55,23 @@ RDMALLOC_STATS=1 RDMALLOC_STATS_FILE="$tmp/no/such/dir/x" "$exe" 2>"$tmp/out" >/
 grep -q 'cannot open RDMALLOC_STATS_FILE' "$tmp/out" && grep -q 'stats of pid' "$tmp/out" ||
 	fail "an unopenable RDMALLOC_STATS_FILE is not reported, or the stats are lost"
 
+# Too long once %h is expanded (the room is 511 bytes; a host name may
+# have 64): said, and the stats go to standard error, not lost.  The long
+# host name in a UTS namespace of the test's own.
+long=$(printf '%%h%.0s' 1 2 3 4 5 6 7 8 9 10)
+h64=$(printf 'h%.0s' $(seq 64))
+if unshare -Ur -u true 2>/dev/null; then
+	unshare -Ur -u sh -c 'hostname "$1" && shift && exec "$@"' _ "$h64" \
+		env RDMALLOC_STATS=1 RDMALLOC_STATS_FILE="$tmp/$long" "$exe" 2>"$tmp/out" >/dev/null
+	grep -q 'RDMALLOC_STATS_FILE ".*" is too long once expanded; the stats go to standard error' "$tmp/out" &&
+		grep -q 'stats of pid' "$tmp/out" ||
+		fail "RDMALLOC_STATS_FILE too long once expanded is not reported, or the stats are lost"
+	toolong="too long once expanded: said, to stderr"
+else
+	toolong="too long once expanded: NOT CHECKED (unshare -Ur -u refused here)"
+fi
+
 RDMALLOC_STATS=maybe RDMALLOC_LOG_LEVEL=warn "$exe" 2>"$tmp/out" >/dev/null
 [ "$(grep -c 'RDMALLOC_STATS="maybe" is not valid' "$tmp/out")" = 1 ] || fail "bad RDMALLOC_STATS not warned once"
 ! grep -q '"version"\|stats of pid' "$tmp/out" || fail "stats printed although RDMALLOC_STATS was invalid"
-echo "ok: stats at exit (json: $fields fields + pid, program, version; text: header, units, no zero rows, one column; all rows; file with %p, %h and %%, appended; bad value warned)"
+echo "ok: stats at exit (json: $fields fields + pid, program, version; text: header, units, no zero rows, one column; all rows; file with %p, %h and %%, appended; $toolong; bad value warned)"
