@@ -51,17 +51,19 @@ run "drop-in heap shrinking and growing between phases of RDMA traffic" env \
 run "elision: rereg in place moves bytes, PDs detached with their last region, the 9th PD" env \
 	LD_PRELOAD="$build/preload/librdmalloc-preload.so" RDMALLOC_PRELOAD_ACCESS=LOCAL_WRITE,REMOTE_WRITE \
 	RDMALLOC_LOG_LEVEL=error "$build/tests/preload/elide_rdma"
-# RDMALLOC_LOG_LEVEL=debug names each elided ibv_reg_mr and each chunk
-# registered on first use (rdmalloc(7)).
+# RDMALLOC_LOG_LEVEL=debug names each elided ibv_reg_mr, each one passed
+# on to libibverbs with its reason, and each chunk registered on first use
+# (rdmalloc(7)).
 debug_decisions() {
 	local log
 	log=$(env LD_PRELOAD="$build/preload/librdmalloc-preload.so" RDMALLOC_PRELOAD_ACCESS=LOCAL_WRITE,REMOTE_WRITE \
 		RDMALLOC_LOG_LEVEL=debug "$build/tests/preload/elide_rdma" 2>&1 >/dev/null) || return 1
 	printf '%s\n' "$log" | grep -m1 'debug: ibv_reg_mr(.*) elided: the keys of chunk' &&
-		printf '%s\n' "$log" | grep -m1 'debug: chunk .* registered on first use' ||
+		printf '%s\n' "$log" | grep -m1 'debug: chunk .* registered on first use' &&
+		printf '%s\n' "$log" | grep -m1 "debug: ibv_reg_mr(.*) goes to libibverbs: not rdmalloc's memory" ||
 		{ printf '%s\n' "$log" | tail -20; return 1; }
 }
-run "debug log: elisions and registrations on first use, named" debug_decisions
+run "debug log: elisions, registrations passed on and on first use, named" debug_decisions
 run "real programs under the drop-in as a user with an 8 MiB and a 64 KiB RLIMIT_MEMLOCK" \
 	"$build/tests/preload/memlock-user.sh" "$build"
 # fork() while threads grow heaps, attach and detach a second PD, change a
