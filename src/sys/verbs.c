@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "job.h"
 #include "lock.h"
 #include "log.h"
 #include "os.h"
@@ -114,6 +115,18 @@ static int port_active(struct ibv_context *ctx)
 	return 0;
 }
 
+/* A device passed over for the default PD (@why): the PD lands on a later
+ * device than the rule's, which the program should know.  A named device's
+ * failure is the answer itself, said by the caller. */
+static void passed_over(const char *device, const char *why)
+{
+	if (*device)
+		return;
+	STAT_INC(fallbacks);
+	rdmalloc_log_job_once("device-passed-over", "%s: passed over for the default PD (the next device "
+			      "with an active port is tried)", why);
+}
+
 static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t whylen)
 {
 	if (!bound()) {
@@ -146,6 +159,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		struct ibv_context *ctx = lib.open_device(list[i]);
 		if (!ctx) {
 			snprintf(why, whylen, "cannot open %s: %s", name, strerror(errno));
+			passed_over(device, why);
 			continue;
 		}
 		if (!*device && !port_active(ctx)) {
@@ -157,6 +171,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 			err = errno ? errno : ENOMEM;
 			snprintf(why, whylen, "ibv_alloc_pd on %s: %s", name, strerror(err));
 			lib.close_device(ctx);
+			passed_over(device, why);
 		}
 		/* The context stays open for the life of the process. */
 	}

@@ -3,11 +3,13 @@
  * device_select.c - the device of the default PD (include/rdma_malloc.h,
  * rdmalloc(7)): the one RDMALLOC_DEVICE names, whatever its port state,
  * else the first device with an active port, past one that cannot be
- * opened; with none, rdma_malloc_default_pd() gives ENODEV, memory is
- * still allocated, its lookups give ENODEV, and the warning says why.
+ * opened or refuses a PD (said in a warning); with none,
+ * rdma_malloc_default_pd() gives ENODEV, memory is still allocated, its
+ * lookups give ENODEV, and the warning says why.
  * Run against stub_ibverbs.c's made-up devices (STUB_IBV_DEVICES,
  * LD_LIBRARY_PATH): the selection's logic, not registration.
- *   device_select DEVICE           the default PD must be on DEVICE
+ *   device_select DEVICE [MESSAGE] the default PD must be on DEVICE; a
+ *                                  warning holds MESSAGE, or none is given
  *   device_select none MESSAGE     no default PD; the warning holds MESSAGE
  */
 #include <errno.h>
@@ -29,7 +31,7 @@ static void check(int ok, const char *what)
 int main(int argc, char **argv)
 {
 	if (argc < 2 || (!strcmp(argv[1], "none") && argc < 3)) {
-		fprintf(stderr, "usage: device_select DEVICE | none MESSAGE\n");
+		fprintf(stderr, "usage: device_select DEVICE [MESSAGE] | none MESSAGE\n");
 		return 2;
 	}
 	const char *want = argv[1];
@@ -66,7 +68,11 @@ int main(int argc, char **argv)
 		check(pd && !strcmp(got, want), "the default PD is on the device wanted");
 		check(keys == 0 && mr && mr->pd == pd && mr->lkey == lkey && mr->rkey == rkey,
 		      "the block's keys are those of a region of that PD");
-		check(!strstr(said, "rdmalloc: warning"), "no warning");
+		if (argc > 2)
+			check(strstr(said, argv[2]) && strstr(said, "passed over for the default PD"),
+			      "a warning names the device passed over");
+		else
+			check(!strstr(said, "rdmalloc: warning"), "no warning");
 	}
 	rdma_free(p);
 	return failed;

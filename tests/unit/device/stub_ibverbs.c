@@ -5,7 +5,8 @@
  * it): only the calls the library binds (src/sys/verbs.c) and rdmalloc-info
  * makes, under their versions.  STUB_IBV_DEVICES lists
  * the devices in order, "name:state" each, comma-separated; state 1 is an
- * active port, 0 a port that is down, x a device that cannot be opened.
+ * active port, 0 a port that is down, x a device that cannot be opened, p
+ * an active port on a device that refuses a PD.
  * Its regions register nothing: logic only, never proof of registration.
  * Its device list is the one thing it allocates (freed by the caller).
  */
@@ -79,6 +80,10 @@ STUB_API int ibv_close_device(struct ibv_context *ctx)
 
 STUB_API struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 {
+	if (states[ctx - ctxs] == 'p') {
+		errno = ENOSPC;
+		return NULL;
+	}
 	struct ibv_pd *pd = &pds[ctx - ctxs];
 	*pd = (struct ibv_pd){ .context = ctx };
 	return pd;
@@ -100,7 +105,8 @@ STUB_API int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compa
 	struct ibv_port_attr *attr = (struct ibv_port_attr *)compat;
 	if (port != 1)
 		return EINVAL;
-	attr->state = states[ctx->device - devs] == '1' ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+	char st = states[ctx->device - devs];
+	attr->state = st == '1' || st == 'p' ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
 	return 0;
 }
 
