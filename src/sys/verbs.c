@@ -115,16 +115,13 @@ static int port_active(struct ibv_context *ctx)
 	return 0;
 }
 
-/* A device passed over for the default PD (@why): the PD lands on a later
- * device than the rule's, which the program should know.  A named device's
- * failure is the answer itself, said by the caller. */
-static void passed_over(const char *device, const char *why)
+/* Devices passed over for the default PD (the first one's reason in
+ * @skipped) though it went on a later one: the PD is not where the rule
+ * says, which the program should know.  Said once per job. */
+static void passed_over(const char *skipped, const char *chosen)
 {
-	if (*device)
-		return;
 	STAT_INC(fallbacks);
-	rdmalloc_log_job_once("device-passed-over", "%s: passed over for the default PD (the next device "
-			      "with an active port is tried)", why);
+	rdmalloc_log_job_once("device-passed-over", "%s: the default PD is on %s instead", skipped, chosen);
 }
 
 static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t whylen)
@@ -152,6 +149,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		snprintf(why, whylen, "RDMA device \"%s\" not found", device);
 	else
 		snprintf(why, whylen, "no RDMA device has an active port");
+	char skipped[160] = "", chosen[64] = "";
 	for (int i = 0; i < n && !pd; i++) {
 		const char *name = lib.get_device_name(list[i]);
 		if (*device && strcmp(name, device) != 0)
@@ -159,7 +157,8 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		struct ibv_context *ctx = lib.open_device(list[i]);
 		if (!ctx) {
 			snprintf(why, whylen, "cannot open %s: %s", name, strerror(errno));
-			passed_over(device, why);
+			if (!skipped[0])
+				snprintf(skipped, sizeof(skipped), "%s", why);
 			continue;
 		}
 		if (!*device && !port_active(ctx)) {
@@ -170,14 +169,19 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		if (!pd) {
 			err = errno ? errno : ENOMEM;
 			snprintf(why, whylen, "ibv_alloc_pd on %s: %s", name, strerror(err));
+			if (!skipped[0])
+				snprintf(skipped, sizeof(skipped), "%s", why);
 			lib.close_device(ctx);
-			passed_over(device, why);
+		} else {
+			snprintf(chosen, sizeof(chosen), "%s", name);
 		}
 		/* The context stays open for the life of the process. */
 	}
 	lib.free_device_list(list);
 	if (!pd)
 		errno = err;
+	else if (skipped[0]) /* (a named device is the only one tried) */
+		passed_over(skipped, chosen);
 	return pd;
 }
 
