@@ -64,17 +64,17 @@ pair() {
 	in_modes pair_mode "$@"
 }
 
-# in_modes FUNC NAME ARGS...: FUNC NAME ARGS... MODE for each of $modes;
+# in_modes FUNC NAME ARGS...: FUNC MODE NAME ARGS... for each of $modes;
 # when one fails and plain was not among them, the plain run follows as the
 # control, which says whether the failure is the drop-in's or the guest's.
 in_modes() {
 	local func=$1 name=$2 mode bad=0
 	shift
 	for mode in $modes; do
-		"$func" "$@" "$mode" || bad=1
+		"$func" "$mode" "$@" || bad=1
 	done
 	((bad)) && [[ " $modes " != *" plain "* ]] || return 0
-	if ("$func" "$@" plain) >"$logdir/$name.control" 2>&1; then
+	if ("$func" plain "$@") >"$logdir/$name.control" 2>&1; then
 		echo "# control: $name.plain passes: the failure above is the drop-in's, unless it was transient"
 	else
 		echo "# control: $name.plain fails as well: the guest or the engine, first"
@@ -82,53 +82,51 @@ in_modes() {
 	fi
 }
 
-# pair_mode NAME ELIDES WAIT SARGS CARGS MODE: one run; 0 if it passed.
+# pair_mode MODE NAME ELIDES WAIT SARGS CARGS: one run; 0 if it passed.
 pair_mode() {
-	local name=$1 elides=$2 wait=$3 sargs=$4 cargs=$5 mode=$6 rc src i
-	{
-		local tag=$name.$mode slog=$logdir/$name.$mode.server clog=$logdir/$name.$mode.client
-		# shellcheck disable=SC2086 # the args are word lists
-		timeout $((client_timeout + 30)) bash -c 'on_host 2 "$@"' _ "$mode" $sargs >"$slog" 2>"$slog.err" &
-		local spid=$!
-		if [[ $wait == tcp:* ]]; then
-			for ((i = 0; i < 60; i++)); do
-				listening "${wait#tcp:}" && break
-				kill -0 "$spid" 2>/dev/null || break
-				sleep 0.5
-			done
-		else
-			sleep "$wait"
-		fi
-		for i in 1 2 3 4 5; do
-			# shellcheck disable=SC2086
-			timeout "$client_timeout" bash -c 'on_host 1 "$@"' _ "$mode" $cargs >"$clog" 2>"$clog.err"
-			rc=$?
-			((rc == 0)) && break
+	local mode=$1 name=$2 elides=$3 wait=$4 sargs=$5 cargs=$6 rc src i
+	local tag=$name.$mode slog=$logdir/$name.$mode.server clog=$logdir/$name.$mode.client
+	# shellcheck disable=SC2086 # the args are word lists
+	timeout $((client_timeout + 30)) bash -c 'on_host 2 "$@"' _ "$mode" $sargs >"$slog" 2>"$slog.err" &
+	local spid=$!
+	if [[ $wait == tcp:* ]]; then
+		for ((i = 0; i < 60; i++)); do
+			listening "${wait#tcp:}" && break
 			kill -0 "$spid" 2>/dev/null || break
-			sleep 2
+			sleep 0.5
 		done
-		if ((rc == 0)); then
-			wait "$spid"
-			src=$?
-		else
-			kill "$spid" 2>/dev/null
-			wait "$spid"
-			src=$?
-		fi
-		if ((rc == 0 && src == 0)); then
-			ok "$tag"
-			# ucx_perftest's final row, for the record (doc/mpi.md)
-			grep -h 'Final:' "$clog" | tail -n 1 | sed "s/^/# result $tag /"
-			# both recorded and checked, whichever fails
-			counts "$name" "$mode" server "$slog.err" "$elides"
-			rc=$?
-			counts "$name" "$mode" client "$clog.err" "$elides" || rc=1
-			return $rc
-		else
-			fail "$tag (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
-			return 1
-		fi
-	}
+	else
+		sleep "$wait"
+	fi
+	for i in 1 2 3 4 5; do
+		# shellcheck disable=SC2086
+		timeout "$client_timeout" bash -c 'on_host 1 "$@"' _ "$mode" $cargs >"$clog" 2>"$clog.err"
+		rc=$?
+		((rc == 0)) && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 2
+	done
+	if ((rc == 0)); then
+		wait "$spid"
+		src=$?
+	else
+		kill "$spid" 2>/dev/null
+		wait "$spid"
+		src=$?
+	fi
+	if ((rc == 0 && src == 0)); then
+		ok "$tag"
+		# ucx_perftest's final row, for the record (doc/mpi.md)
+		grep -h 'Final:' "$clog" | tail -n 1 | sed "s/^/# result $tag /"
+		# both recorded and checked, whichever fails
+		counts "$name" "$mode" server "$slog.err" "$elides"
+		rc=$?
+		counts "$name" "$mode" client "$clog.err" "$elides" || rc=1
+		return $rc
+	else
+		fail "$tag (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
+		return 1
+	fi
 }
 
 # mpi NAME ELIDES LAUNCHER...: two ranks, rank R a process of host R+1
@@ -142,12 +140,12 @@ mpi() {
 	in_modes mpi_mode "$@"
 }
 
-# mpi_mode NAME ELIDES EXE LAUNCHER... MODE: one run; 0 if it passed.
+# mpi_mode MODE NAME ELIDES EXE LAUNCHER...: one run; 0 if it passed.
 mpi_mode() {
-	local name=$1 elides=$2 exe=$3 mode=${*: -1} rc r
-	shift 3
-	local launcher=("${@:1:$#-1}") log=$logdir/$name.$mode
-	timeout $((client_timeout * 2)) "${launcher[@]}" "$here/rank.sh" "$mode" "$log" "$exe" 2 >"$log.out" 2>"$log.err"
+	local mode=$1 name=$2 elides=$3 exe=$4 rc r
+	shift 4
+	local log=$logdir/$name.$mode
+	timeout $((client_timeout * 2)) "$@" "$here/rank.sh" "$mode" "$log" "$exe" 2 >"$log.out" 2>"$log.err"
 	rc=$?
 	if ((rc == 0)) && grep -q "one-sided ok" "$log.out"; then
 		ok "$name.$mode"
