@@ -33,19 +33,45 @@
 #include "lock.h"
 #include "log.h"
 #include "mw.h"
+#include "os.h"
 #include "pd.h"
 #include "reserve.h"
 #include "verbs.h"
 
+RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+
+/* The fork under way (the outer locks held from the outer prepare to the
+ * outer parent or child, which run after the inner ones): when its waits
+ * end, and whether it already went ahead (one fallback per fork). */
+static uint64_t deadline;
+static int went_ahead;
+
+static void fork_ends(void)
+{
+	deadline = 0;
+	went_ahead = 0;
+}
+
 static void inner_prepare(void)
 {
-	rdmalloc_reserves_fork_prepare(); /* the reserve's thread idle first (reserve.h) */
-	rdmalloc_crew_fork_prepare();     /* then the crew's workers (crew.h) */
+	if (!deadline) /* the outer handler is not registered yet (fork.h) */
+		deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
+	unsigned fills = rdmalloc_reserves_fork_prepare(deadline); /* the reserve's thread idle first */
+	unsigned parts = rdmalloc_crew_fork_prepare(deadline);     /* then the crew's workers */
+	if ((fills || parts) && !went_ahead) { /* no allocation, no lock of ours: a fork handler */
+		went_ahead = 1;
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead after %llu ms with rdmalloc's threads at "
+				  "work (%u reserve chunks, %u registration parts under way): the child does not get "
+				  "that work, and if it uses RDMA it may hang on the provider's locks (counted in "
+				  "fallbacks)", (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u), fills, parts);
+	}
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
 static void inner_parent(void)
 {
+	fork_ends();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_INNER);
 	rdmalloc_crew_fork_parent();
 	rdmalloc_reserves_fork_parent();
@@ -53,6 +79,7 @@ static void inner_parent(void)
 
 static void inner_child(void)
 {
+	fork_ends();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_INNER);
 	rdmalloc_crew_fork_child();
 }
@@ -62,7 +89,15 @@ static void inner_child(void)
 static void outer_prepare(void)
 {
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
-	rdmalloc_verbs_fork_prepare();
+	deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
+	unsigned calls = rdmalloc_verbs_fork_prepare(deadline);
+	if (calls) { /* no allocation, no lock of ours: a fork handler */
+		went_ahead = 1;
+		STAT_INC(fallbacks);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
+				  "after %llu ms: a child that uses RDMA may hang on the provider's locks (counted in "
+				  "fallbacks)", calls, (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u));
+	}
 }
 
 static void outer_parent(void)

@@ -3,9 +3,24 @@
 #ifndef RDMALLOC_FORK_H
 #define RDMALLOC_FORK_H
 
+#include <stdint.h>
+
+#include "compiler.h"
+
 /* Before jemalloc initialises (idempotent). */
 void rdmalloc_fork_register_inner(void);
 /* After jemalloc initialised (idempotent). */
 void rdmalloc_fork_register_outer(void);
+
+/* How long fork() waits, in all, for work of ours under way: verbs calls
+ * (verbs.h), then the reserve's thread and the crew's workers (reserve.h,
+ * crew.h).  A call may never end: one whose allocation needs a lock the
+ * program's own fork handler already took (an allocator whose handler runs
+ * before ours), one of the thread's or a worker's that frees into jemalloc
+ * after jemalloc's prepare.  Past it the fork goes ahead, logged once and
+ * counted once in fallbacks: these waits never hang a fork.  (A hook under
+ * jemalloc's growth lock is waited for by jemalloc's prepare, not by us.) */
+#define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
+extern RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns; /* it; tests shorten it */
 
 #endif

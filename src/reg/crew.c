@@ -203,13 +203,15 @@ int rdmalloc_crew_populate(void *p, size_t len)
 
 /* ---- fork ---- */
 
-void rdmalloc_crew_fork_prepare(void)
+unsigned rdmalloc_crew_fork_prepare(uint64_t deadline_ns)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_CREW);
 	forking = 1;
-	while (running)
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CREW);
+	while (running && rdmalloc_now_ns() < deadline_ns)
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CREW, deadline_ns);
+	unsigned left = running;
 	rdmalloc_unlock(RDMALLOC_LOCK_CREW);
+	return left;
 }
 
 void rdmalloc_crew_fork_parent(void)

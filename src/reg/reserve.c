@@ -351,13 +351,15 @@ void rdmalloc_reserves_settle(void)
 	rdmalloc_chunk_unlock();
 }
 
-void rdmalloc_reserves_fork_prepare(void)
+unsigned rdmalloc_reserves_fork_prepare(uint64_t deadline_ns)
 {
 	rdmalloc_chunk_lock();
 	forking = 1;
-	while (fills)
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	while (fills && rdmalloc_now_ns() < deadline_ns)
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline_ns);
+	unsigned left = fills;
 	rdmalloc_chunk_unlock();
+	return left;
 }
 
 void rdmalloc_reserves_fork_parent(void)

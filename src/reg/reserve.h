@@ -131,10 +131,14 @@ RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
  * so that the child inherits no chunk half made or half dropped, no count
  * half taken and no lock of libibverbs that the thread held inside
  * ibv_reg_mr; parent lets it go on (the child forgets it).  The thread
- * needs no lock of jemalloc's and, while it works, none of the inner group
- * but the chunk lock, which prepare releases while it waits.  No lock held.
+ * needs none of the inner group but the chunk lock, which prepare releases
+ * while it waits.  It waits until @deadline_ns (rdmalloc_now_ns()'s clock)
+ * at most, since a verbs call of the thread's may not end (one that frees
+ * into jemalloc, whose prepare has run), and returns the chunks still
+ * being made or dropped then: the caller says so (rdmalloc_reserves_forget
+ * copes with them in the child).  No lock held.
  */
-void rdmalloc_reserves_fork_prepare(void);
+unsigned rdmalloc_reserves_fork_prepare(uint64_t deadline_ns);
 void rdmalloc_reserves_fork_parent(void);
 /* In a fork child (single-threaded, chunk lock free): there is no thread;
  * chunks the parent's thread was making are not the child's.  Returns the

@@ -448,23 +448,15 @@ void rdmalloc_verbs_section_end(int cancel)
 	count_out(cancel);
 }
 
-RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
-
-void rdmalloc_verbs_fork_prepare(void)
+unsigned rdmalloc_verbs_fork_prepare(uint64_t deadline_ns)
 {
-	uint64_t wait = rdmalloc_fork_wait_ns, deadline = rdmalloc_now_ns() + wait;
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	forking = 1;
-	while (under_way > mine && rdmalloc_now_ns() < deadline) /* mine: a fork from a signal handler */
-		rdmalloc_lock_wait_until(RDMALLOC_LOCK_VERBS, deadline);
+	while (under_way > mine && rdmalloc_now_ns() < deadline_ns) /* mine: a fork from a signal handler */
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_VERBS, deadline_ns);
 	unsigned left = under_way - mine;
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
-	if (left) { /* no allocation, no lock of ours: a fork handler */
-		STAT_INC(fallbacks);
-		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
-				  "after %llu ms: a child that uses RDMA may hang on the provider's locks (counted in "
-				  "fallbacks)", left, (unsigned long long)(wait / 1000000u));
-	}
+	return left;
 }
 
 void rdmalloc_verbs_fork_parent(void)

@@ -113,14 +113,10 @@ int rdmalloc_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *addr
  * (off meanwhile). */
 void rdmalloc_verbs_section_begin(int *cancel);
 void rdmalloc_verbs_section_end(int cancel);
-/* How long fork() waits for calls under way: a call whose allocation needs a
- * lock the program's own fork handler took (an allocator whose handler runs
- * before ours) would never end.  Past it the fork goes ahead, logged once
- * and counted in fallbacks: this wait never hangs a fork (the inner
- * prepare's waits for the reserve and the crew are not bounded). */
-#define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
-extern RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns; /* it; tests shorten it */
-void rdmalloc_verbs_fork_prepare(void);
+/* fork()'s wait for the calls under way: until @deadline_ns at most
+ * (rdmalloc_now_ns()'s clock; api/fork.h says why a bound), then it
+ * returns the calls still under way, which the caller says. */
+unsigned rdmalloc_verbs_fork_prepare(uint64_t deadline_ns);
 void rdmalloc_verbs_fork_parent(void);
 /* No lock taken: the child has one thread (the VERBS lock is reset with
  * the others). */

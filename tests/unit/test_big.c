@@ -25,6 +25,7 @@
 #include "big.h"
 #include "chunk.h"
 #include "fake_verbs.h"
+#include "fork.h"
 #include "reserve.h"
 #include "verbs.h"
 #include "rdma_malloc.h"
@@ -409,7 +410,7 @@ Test(big, fork_waits_for_a_registration_under_way, .init = setup_no_reserve)
 }
 
 /* A registration under way that outlasts fork()'s wait (30 s, shortened
- * here to 200 ms; verbs.h): the fork goes ahead rather than hang, logged
+ * here to 200 ms; fork.h): the fork goes ahead rather than hang, logged
  * once and counted in fallbacks, and the registration ends as it would. */
 Test(big, fork_goes_ahead_once_a_registration_outlasts_its_wait, .init = setup_no_reserve_quiet)
 {

@@ -6,7 +6,8 @@
  * its PDs registered at once (one PD's registration held up does not hold
  * up the other's), covering the chunk whole; RDMALLOC_REG_THREADS=1 keeps
  * it all on the caller; fork() while the crew works neither hangs nor
- * leaves the child without big registrations.
+ * leaves the child without big registrations, and does not wait for ever
+ * for a worker's part.
  */
 #include <criterion/criterion.h>
 #include <infiniband/verbs.h>
@@ -22,6 +23,7 @@
 
 #include "crew.h"
 #include "fake_verbs.h"
+#include "fork.h"
 #include "rdma_malloc.h"
 
 #define MiB ((size_t)1 << 20)
@@ -220,4 +222,84 @@ Test(crew, fork_while_the_crew_works, .init = NULL)
 		pthread_join(t[i], NULL);
 	cr_assert_gt(forks, 3);
 	cr_assert_gt(stats().populated_chunks, 0);
+}
+
+/* A part on a worker that outlasts fork()'s wait (30 s in all, shortened
+ * here to 200 ms; fork.h): a registration's verbs call may never end (one
+ * that frees into jemalloc after jemalloc's prepare), so the fork goes
+ * ahead rather than hang, logged once and counted once in fallbacks.  The
+ * child has no workers and registers on its own; the job ends in the
+ * parent as it would. */
+static atomic_int part_held, part_go;
+static pthread_t job_caller;
+
+static void held_part(struct rdmalloc_crew_job *job, unsigned i)
+{
+	(void)job;
+	(void)i;
+	if (pthread_equal(pthread_self(), job_caller)) {
+		usleep(20 * 1000); /* a worker takes a part meanwhile */
+		return;
+	}
+	if (atomic_exchange(&part_held, 1))
+		return;
+	while (!atomic_load(&part_go))
+		usleep(1000);
+}
+
+static void *run_held_job(void *arg)
+{
+	(void)arg;
+	job_caller = pthread_self();
+	struct rdmalloc_crew_job job = { .part = held_part, .parts = 8 };
+	rdmalloc_crew_run(&job);
+	return NULL;
+}
+
+static void *let_the_part_go(void *arg)
+{
+	(void)arg;
+	sleep(5);
+	atomic_store(&part_go, 1);
+	return NULL;
+}
+
+Test(crew, fork_goes_ahead_once_a_part_outlasts_its_wait)
+{
+	rdma_malloc_trim(); /* initialised */
+	rdmalloc_crew_start();
+	cr_assert_eq(rdmalloc_crew_threads(), 3, "RDMALLOC_REG_THREADS=3: the caller and 2 workers");
+	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
+	pthread_t job, go;
+	cr_assert_eq(pthread_create(&job, NULL, run_held_job, NULL), 0);
+	for (int i = 0; i < 5000 && !atomic_load(&part_held); i++)
+		usleep(1000);
+	cr_assert(atomic_load(&part_held), "no worker took a part");
+	struct rdma_malloc_stats s0 = stats();
+	cr_assert_eq(pthread_create(&go, NULL, let_the_part_go, NULL), 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0) {
+		alarm(20);
+		if (rdma_malloc_attach_pd(fake_pd(2)))
+			_exit(2);
+		char *p = rdma_malloc(40 * MiB);
+		uint32_t l, rk;
+		if (!p || rdma_malloc_keys(p, 40 * MiB, fake_pd(2), &l, &rk))
+			_exit(3);
+		_exit(atomic_load(&part_go) ? 4 : 0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	int early = !atomic_load(&part_go);
+	double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(early && waited >= 0.19, "fork() returned after %.3f s, not after its 0.2 s wait", waited);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child: status %#x", st);
+	cr_assert_eq(stats().fallbacks, s0.fallbacks + 1, "not counted once in fallbacks");
+	pthread_join(go, NULL);
+	pthread_join(job, NULL);
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
 }

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "chunk.h"
+#include "fork.h"
 #include "fake_verbs.h"
 #include "os.h"
 #include "reserve.h"
@@ -447,10 +448,11 @@ Test(reserve, fork_child_does_not_wait)
 
 static atomic_int released;
 
+/* Let the blocked registration go after @arg's milliseconds (NULL: 300). */
 static void *release_later(void *arg)
 {
-	(void)arg;
-	struct timespec ts = { 0, 300 * 1000 * 1000 };
+	long ms = arg ? *(long *)arg : 300;
+	struct timespec ts = { ms / 1000, ms % 1000 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
 	atomic_store(&released, 1);
 	fake_release_reg();
@@ -486,6 +488,49 @@ Test(reserve, fork_waits_for_the_thread)
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(waited, "fork() returned while the thread was inside ibv_reg_mr");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+	grow(h);
+	rdmalloc_reserves_settle();
+	check_accounting(1);
+}
+
+/* A fill that outlasts fork()'s wait (30 s in all, shortened here to
+ * 200 ms; fork.h): its verbs call may never end (one that frees into
+ * jemalloc after jemalloc's prepare), so the fork goes ahead rather than
+ * hang, logged once and counted once in fallbacks.  The child does without
+ * the chunk half made and grows; the parent's fill ends as it would. */
+Test(reserve, fork_goes_ahead_once_a_fill_outlasts_its_wait)
+{
+	rdma_heap_t *h = grown_heap();
+	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked(); /* the thread is inside ibv_reg_mr */
+	struct rdma_malloc_stats s0 = stats();
+	atomic_store(&released, 0);
+	long ms = 5000;
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, release_later, &ms), 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		for (int i = 0; i < 4; i++)
+			grow(h);
+		rdmalloc_reserves_settle(); /* waits for no fill of the parent's */
+		_exit(0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	int early = !atomic_load(&released);
+	double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(early && waited >= 0.19, "fork() returned after %.3f s, not after its 0.2 s wait", waited);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+	cr_assert_eq(stats().fallbacks, s0.fallbacks + 1, "not counted once in fallbacks");
+	pthread_join(t, NULL);
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
 	grow(h);
 	rdmalloc_reserves_settle();
 	check_accounting(1);
