@@ -3,9 +3,10 @@
  * info_devices.c - rdmalloc-info's devices: every RDMA device and port
  * (state, link layer, GID 0), what it offers rdmalloc (ODP for RC,
  * implicit ODP, memory windows), and the one the library would open for
- * its default PD: RDMALLOC_DEVICE, else the first with an active port (the
- * rule of src/sys/verbs.c).  A command of its own, like ibv_devinfo: it
- * calls libibverbs directly, not through the library.  Also the system's
+ * its default PD: RDMALLOC_DEVICE, else the first with an active port that
+ * gives a PD (the rule of src/sys/verbs.c: info allocates a PD on that
+ * device and frees it).  A command of its own, like ibv_devinfo: it calls
+ * libibverbs directly, not through the library.  Also the system's
  * side: huge pages and RLIMIT_MEMLOCK.
  */
 #include <errno.h>
@@ -66,18 +67,38 @@ static void ports(struct ibv_context *ctx, int n)
 	out_list_end();
 }
 
+/* Whether @ctx gives a PD, as the library's default PD would take one
+ * there (errno, else 0). */
+static int pd_refused(struct ibv_context *ctx)
+{
+	errno = 0;
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		return errno ? errno : ENOMEM;
+	ibv_dealloc_pd(pd);
+	return 0;
+}
+
 void info_devices(const char *wanted)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	int chosen = 0; /* the library's choice is made once, in list order */
+	char why[160]; /* why none, in the library's words (src/sys/verbs.c) */
+	if (*wanted)
+		snprintf(why, sizeof(why), "RDMA device \"%s\" not found", wanted);
+	else
+		snprintf(why, sizeof(why), "no RDMA device has an active port");
 	out_list("devices");
 	for (int i = 0; list && i < n; i++) {
 		const char *name = ibv_get_device_name(list[i]);
+		int named = *wanted && !strcmp(name, wanted);
 		out_begin(NULL);
 		out_str("name", name);
 		struct ibv_context *ctx = ibv_open_device(list[i]);
 		if (!ctx) {
+			if (!chosen && (!*wanted || named))
+				snprintf(why, sizeof(why), "cannot open %s: %s", name, strerror(errno));
 			out_str("error", strerror(errno));
 			out_bool("default_pd", 0);
 			out_end();
@@ -87,7 +108,13 @@ void info_devices(const char *wanted)
 		memset(&ax, 0, sizeof(ax));
 		int q = ibv_query_device_ex(ctx, NULL, &ax);
 		int nports = q ? 0 : ax.orig_attr.phys_port_cnt;
-		int use = !chosen && (*wanted ? !strcmp(name, wanted) : any_port_active(ctx, nports));
+		int use = !chosen && (*wanted ? named : any_port_active(ctx, nports));
+		int refused = use ? pd_refused(ctx) : 0;
+		if (refused) {
+			use = 0;
+			snprintf(why, sizeof(why), "ibv_alloc_pd on %s: %s", name, strerror(refused));
+			out_str("pd_error", strerror(refused));
+		}
 		chosen |= use;
 		out_bool("default_pd", use);
 		if (q) {
@@ -105,11 +132,13 @@ void info_devices(const char *wanted)
 		out_end();
 	}
 	out_list_end();
-	if (!list)
+	if (!list) {
 		out_str("devices_error", errno == ENOSYS ? "the kernel has no RDMA support" : strerror(errno));
-	else if (!chosen)
-		out_str("default_pd", *wanted ? "none: RDMALLOC_DEVICE names no device here"
-					      : "none: no device has an active port (memory is not registered)");
+	} else if (!chosen) {
+		char none[168];
+		snprintf(none, sizeof(none), "none: %s", n ? why : "no RDMA device found");
+		out_str("default_pd", none);
+	}
 	if (list)
 		ibv_free_device_list(list);
 }

@@ -89,6 +89,12 @@ STUB_API struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	return pd;
 }
 
+STUB_API int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	(void)pd;
+	return 0;
+}
+
 STUB_API int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
 	(void)ctx;
