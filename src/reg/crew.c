@@ -193,8 +193,9 @@ int rdmalloc_crew_populate(void *p, size_t len)
 	if (err == EINVAL) { /* a kernel before 5.14: no populating, ever */
 		atomic_store_explicit(&no_populate, 1, memory_order_relaxed);
 		STAT_INC(fallbacks);
-		rdmalloc_log_once(RDMALLOC_LOG_INFO, "madvise(MADV_POPULATE_WRITE) is refused here: big chunks "
-				  "are registered by one thread each (counted in fallbacks once)");
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_POPULATE_WRITE) is refused here (a kernel "
+				  "before 5.14?): big chunks are registered by one thread each (counted in "
+				  "fallbacks once)");
 	} else if (!err) {
 		STAT_INC(populated_chunks);
 	}
