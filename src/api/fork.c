@@ -62,7 +62,7 @@ static void inner_prepare(void)
 		went_ahead = 1;
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead after %llu ms with rdmalloc's threads at "
-				  "work (%u reserve chunks, %u registration parts under way): the child does not get "
+				  "work (%u reserve chunks, %u crew parts under way): the child does not get "
 				  "that work, and if it uses RDMA it may hang on the provider's locks (counted in "
 				  "fallbacks)", (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u), fills, parts);
 	}
@@ -98,6 +98,11 @@ static void outer_prepare(void)
 				  "after %llu ms: a child that uses RDMA may hang on the provider's locks (counted in "
 				  "fallbacks)", calls, (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u));
 	}
+	/* No new work for the reserve's thread or the crew's workers while
+	 * jemalloc's prepare runs: the inner prepare waits for what is under
+	 * way, and a call started now might free into jemalloc then. */
+	rdmalloc_reserves_fork_coming();
+	rdmalloc_crew_fork_coming();
 }
 
 static void outer_parent(void)

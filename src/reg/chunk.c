@@ -101,6 +101,8 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	if (eager) {
 		rdmalloc_chunk_lock();
 		held = rdmalloc_hold(want);
+		if (held && for_r)
+			for_r->fill_held = want; /* a fork child un-holds it (rdmalloc_reserves_forget) */
 		rdmalloc_chunk_unlock();
 		if (!held && !for_r) { /* memory pressure: reserves and idle chunks go first, then once more */
 			rdmalloc_relieve();
@@ -119,10 +121,11 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	}
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = rdmalloc_desc_alloc();
-	if (!c && held)
+	if (!c && held) {
 		rdmalloc_held_bytes -= want;
-	else if (c && for_r)
-		for_r->fill_held = want;
+		if (for_r)
+			for_r->fill_held = 0;
+	}
 	rdmalloc_chunk_unlock();
 	if (!c) {
 		errno = ENOMEM;
@@ -219,6 +222,8 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 {
 	rdmalloc_deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
+	if (c->spec->reserve.dropping == c)
+		c->spec->reserve.dropping = NULL;
 	if (c->held)
 		rdmalloc_held_bytes -= c->map_size;
 	if (counted)
@@ -402,6 +407,7 @@ int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size)
 	r->fill_held = 0; /* the chunk's own from here */
 	if (r->closed || r->cancelled || r->ready || r->next != size) {
 		/* Closed, dropped, or a growth meanwhile predicted another size. */
+		r->dropping = c;
 		rdmalloc_chunk_unlock();
 		unmake(c, used, 0);
 		STAT_INC(reserve_discards);
@@ -430,6 +436,7 @@ size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
 	}
 	unpark(c);
 	rdmalloc_chunk_unlink(c);
+	r->dropping = c;
 	STAT_INC(reserve_discards);
 	unsigned used = rdmalloc_pd_users_claim(c); /* as a give-back does */
 	size_t bytes = c->map_size;

@@ -204,6 +204,13 @@ int rdmalloc_crew_populate(void *p, size_t len)
 
 /* ---- fork ---- */
 
+void rdmalloc_crew_fork_coming(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_CREW);
+	forking = 1;
+	rdmalloc_unlock(RDMALLOC_LOCK_CREW);
+}
+
 unsigned rdmalloc_crew_fork_prepare(uint64_t deadline_ns)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_CREW);

@@ -96,10 +96,12 @@ static inline int rdmalloc_crew_start_wanted(void)
  * never again: logged once, counted in fallbacks). */
 int rdmalloc_crew_populate(void *p, size_t len);
 
-/* fork(): no part starts, and the workers' parts under way end (prepare:
- * until @deadline_ns at most, rdmalloc_now_ns()'s clock; returns the parts
- * still under way then, which the caller says); go on (parent); the child
- * has no workers, and no job. */
+/* fork(): no worker takes a part (coming, in the outer prepare: callers
+ * run their jobs' parts themselves meanwhile), and the workers' parts under
+ * way end (prepare: until @deadline_ns at most, rdmalloc_now_ns()'s clock;
+ * returns the parts still under way then, which the caller says); go on
+ * (parent); the child has no workers, and no job. */
+void rdmalloc_crew_fork_coming(void);
 unsigned rdmalloc_crew_fork_prepare(uint64_t deadline_ns);
 void rdmalloc_crew_fork_parent(void);
 void rdmalloc_crew_fork_child(void);

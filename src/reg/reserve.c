@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "chunk.h"
+#include "chunkset.h"
 #include "counters.h"
 #include "lock.h"
 #include "log.h"
@@ -351,6 +352,13 @@ void rdmalloc_reserves_settle(void)
 	rdmalloc_chunk_unlock();
 }
 
+void rdmalloc_reserves_fork_coming(void)
+{
+	rdmalloc_chunk_lock();
+	forking = 1;
+	rdmalloc_chunk_unlock();
+}
+
 unsigned rdmalloc_reserves_fork_prepare(uint64_t deadline_ns)
 {
 	rdmalloc_chunk_lock();
@@ -379,6 +387,14 @@ size_t rdmalloc_reserves_forget(void)
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
 		held += r->fill_held;
 		r->fill_held = 0;
+		struct rdmalloc_chunk *c = r->dropping; /* a fork that stopped waiting (fork.h) */
+		if (c) { /* left mapped: the parent's registrations may cover it */
+			r->dropping = NULL;
+			if (c->held)
+				held += c->map_size;
+			if (c->state == RDMALLOC_CHUNK_RESERVED) /* parked: counted as held (not a discarded fill) */
+				rdmalloc_count_held(c, -1);
+		}
 		if (r->filling) { /* made again when the child grows */
 			r->filling = 0;
 			r->next = 0;

@@ -35,6 +35,8 @@ struct rdmalloc_reserve {
 	uint64_t grown_ns; /* its heap's last growth (rdmalloc_now_ns()); 0: it shrank since */
 	unsigned fill_seq; /* fills started: a growth waits for one fill, not for the next */
 	size_t fill_held; /* bytes held (held_bytes) for that chunk until it is parked */
+	struct rdmalloc_chunk *dropping; /* a chunk of its, out of the list, being unmade: a fork
+					    child un-counts it (rdmalloc_reserves_forget) */
 	int listed;     /* on the list of reserves (from its first growth until closed) */
 	int queued;     /* on the thread's work queue */
 	int closed;     /* its heap is being destroyed: never filled again */
@@ -126,7 +128,9 @@ void rdmalloc_reserves_resume_locked(void);
  * for tests that compare counters.  No lock held. */
 RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
 /*
- * fork() around the thread (api/fork.c, before the inner locks): prepare
+ * fork() around the thread (api/fork.c).  coming, in the outer prepare,
+ * stops the thread from starting work: none starts while jemalloc's
+ * prepare runs.  Then, before the inner locks, prepare
  * stops the thread from starting work and waits until it is doing none,
  * so that the child inherits no chunk half made or half dropped, no count
  * half taken and no lock of libibverbs that the thread held inside
@@ -138,6 +142,7 @@ RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
  * being made or dropped then: the caller says so (rdmalloc_reserves_forget
  * copes with them in the child).  No lock held.
  */
+void rdmalloc_reserves_fork_coming(void);
 unsigned rdmalloc_reserves_fork_prepare(uint64_t deadline_ns);
 void rdmalloc_reserves_fork_parent(void);
 /* In a fork child (single-threaded, chunk lock free): there is no thread;

@@ -110,6 +110,7 @@ static pthread_mutex_t block_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t block_cv = PTHREAD_COND_INITIALIZER;
 static int block_state; /* 1 armed, 2 a registration waits, 0 released */
 static struct ibv_pd *block_pd; /* NULL: any */
+static int block_dereg; /* the block is for a deregistration, not a registration */
 static unsigned long pd_calls[4];
 
 void fake_block_next_reg(void)
@@ -122,6 +123,29 @@ void fake_block_next_reg_on(struct ibv_pd *pd)
 	pthread_mutex_lock(&block_mu);
 	block_state = 1;
 	block_pd = pd;
+	block_dereg = 0;
+	pthread_mutex_unlock(&block_mu);
+}
+
+void fake_block_next_dereg(void)
+{
+	pthread_mutex_lock(&block_mu);
+	block_state = 1;
+	block_pd = NULL;
+	block_dereg = 1;
+	pthread_mutex_unlock(&block_mu);
+}
+
+/* Hold this call up if a block is armed for its kind (@dereg) and PD. */
+static void maybe_block(int dereg, struct ibv_pd *pd)
+{
+	pthread_mutex_lock(&block_mu);
+	if (block_state == 1 && block_dereg == dereg && (!block_pd || block_pd == pd)) {
+		block_state = 2;
+		pthread_cond_broadcast(&block_cv);
+		while (block_state == 2)
+			pthread_cond_wait(&block_cv, &block_mu);
+	}
 	pthread_mutex_unlock(&block_mu);
 }
 
@@ -193,14 +217,7 @@ static uint32_t odp_general = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
 static struct ibv_mr *fake_reg_body(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	count_pd(pd);
-	pthread_mutex_lock(&block_mu);
-	if (block_state == 1 && (!block_pd || block_pd == pd)) {
-		block_state = 2;
-		pthread_cond_broadcast(&block_cv);
-		while (block_state == 2)
-			pthread_cond_wait(&block_cv, &block_mu);
-	}
-	pthread_mutex_unlock(&block_mu);
+	maybe_block(0, pd);
 	if (slow_usec && pd == slow_pd)
 		usleep(slow_usec);
 	if (reg_malloc_max)
@@ -286,6 +303,7 @@ static int fake_dereg(struct ibv_mr *mr)
 static int fake_dereg_body(struct ibv_mr *mr)
 {
 	count_pd(mr->pd);
+	maybe_block(1, mr->pd);
 	pthread_mutex_lock(&mu);
 	for (size_t i = 0; i < FAKE_MAX_MRS; i++) {
 		if (live[i].mr == mr) {

@@ -83,6 +83,8 @@ int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access);
 void fake_block_next_reg(void);
 /* The same, for the next registration with @pd only. */
 void fake_block_next_reg_on(struct ibv_pd *pd);
+/* The same for the next deregistration (fake_wait_blocked, fake_release_reg). */
+void fake_block_next_dereg(void);
 /* Make every registration with @pd take @usec microseconds more (0: none):
  * a slow NIC, to outrun a walk. */
 void fake_slow_reg_on(struct ibv_pd *pd, unsigned usec);

@@ -237,8 +237,9 @@ static void held_part(struct rdmalloc_crew_job *job, unsigned i)
 {
 	(void)job;
 	(void)i;
-	if (pthread_equal(pthread_self(), job_caller)) {
-		usleep(20 * 1000); /* a worker takes a part meanwhile */
+	if (pthread_equal(pthread_self(), job_caller)) { /* not all of them before a worker takes one */
+		for (int n = 0; n < 5000 && !atomic_load(&part_held); n++)
+			usleep(1000);
 		return;
 	}
 	if (atomic_exchange(&part_held, 1))

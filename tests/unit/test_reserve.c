@@ -516,6 +516,9 @@ Test(reserve, fork_goes_ahead_once_a_fill_outlasts_its_wait)
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		alarm(20);
+		struct rdma_malloc_stats c = stats(); /* every chunk held, and only they */
+		if (c.pinned_bytes != c.chunk_bytes)
+			_exit(5);
 		for (int i = 0; i < 4; i++)
 			grow(h);
 		rdmalloc_reserves_settle(); /* waits for no fill of the parent's */
@@ -527,12 +530,66 @@ Test(reserve, fork_goes_ahead_once_a_fill_outlasts_its_wait)
 	int status;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(early && waited >= 0.19, "fork() returned after %.3f s, not after its 0.2 s wait", waited);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+	cr_assert(WIFEXITED(status), "child: status %#x", status);
+	cr_assert_neq(WEXITSTATUS(status), 5, "the child counts the chunk half made as pinned");
+	cr_assert_eq(WEXITSTATUS(status), 0, "child: status %#x", status);
 	cr_assert_eq(stats().fallbacks, s0.fallbacks + 1, "not counted once in fallbacks");
 	pthread_join(t, NULL);
 	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
 	grow(h);
 	rdmalloc_reserves_settle();
+	check_accounting(1);
+}
+
+/* The same while the thread drops an idle reserve chunk (inside
+ * ibv_dereg_mr): the child must not count the chunk half dropped, out of
+ * the list, as held (chunks, chunk_bytes, pinned_bytes, which
+ * RDMALLOC_MAX_REGISTERED limits).  The parent's drop ends as it would. */
+Test(reserve, a_fork_that_goes_ahead_mid_drop_leaves_the_child_counting_right)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 200 });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats s0 = stats();
+	cr_assert_eq(s0.reserve_chunks, 1);
+	uint64_t ready = s0.reserve_bytes;
+	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
+	fake_block_next_dereg();
+	fake_wait_blocked(); /* the thread drops the idle reserve, inside ibv_dereg_mr */
+	atomic_store(&released, 0);
+	long ms = 5000;
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, release_later, &ms), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		struct rdma_malloc_stats c = stats();
+		if (atomic_load(&released))
+			_exit(4);
+		if (c.chunks != s0.chunks - 1 || c.chunk_bytes != s0.chunk_bytes - ready)
+			_exit(5);
+		if (c.pinned_bytes != s0.pinned_bytes - ready)
+			_exit(6);
+		grow(h);
+		rdmalloc_reserves_settle();
+		_exit(0);
+	}
+	int early = !atomic_load(&released);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(early, "fork() waited for the drop");
+	cr_assert(WIFEXITED(status), "child: status %#x", status);
+	cr_assert_neq(WEXITSTATUS(status), 5, "the child counts the chunk half dropped among its chunks");
+	cr_assert_neq(WEXITSTATUS(status), 6, "the child counts the chunk half dropped as pinned");
+	cr_assert_eq(WEXITSTATUS(status), 0, "child: status %#x", status);
+	pthread_join(t, NULL);
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats s1 = stats();
+	cr_assert_eq(s1.reserve_chunks, 0);
+	cr_assert_eq(s1.chunks, s0.chunks - 1, "the parent's drop did not end as it would");
 	check_accounting(1);
 }
 
