@@ -165,6 +165,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 			lib.close_device(ctx);
 			continue;
 		}
+		errno = 0; /* a provider may fail without setting it */
 		pd = lib.alloc_pd(ctx);
 		if (!pd) {
 			err = errno ? errno : ENOMEM;

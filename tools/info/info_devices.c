@@ -133,7 +133,15 @@ void info_devices(const char *wanted)
 	}
 	out_list_end();
 	if (!list) {
-		out_str("devices_error", errno == ENOSYS ? "the kernel has no RDMA support" : strerror(errno));
+		int err = errno;
+		out_str("devices_error", err == ENOSYS ? "the kernel has no RDMA support" : strerror(err));
+		if (err == ENOSYS)
+			snprintf(why, sizeof(why), "no RDMA device (the kernel has no RDMA support)");
+		else
+			snprintf(why, sizeof(why), "cannot list RDMA devices: %s", strerror(err));
+		char none[168];
+		snprintf(none, sizeof(none), "none: %s", why);
+		out_str("default_pd", none);
 	} else if (!chosen) {
 		char none[168];
 		snprintf(none, sizeof(none), "none: %s", n ? why : "no RDMA device found");

@@ -6,7 +6,9 @@
  * makes, under their versions.  STUB_IBV_DEVICES lists
  * the devices in order, "name:state" each, comma-separated; state 1 is an
  * active port, 0 a port that is down, x a device that cannot be opened, p
- * an active port on a device that refuses a PD.
+ * an active port on a device that refuses a PD.  STUB_IBV_DEVICES=! fails
+ * the listing itself (EPERM; ENOSYS is the real library's word for a kernel
+ * without RDMA).
  * Its regions register nothing: logic only, never proof of registration.
  * Its device list is the one thing it allocates (freed by the caller).
  */
@@ -34,6 +36,11 @@ STUB_API struct ibv_device **ibv_get_device_list(int *n)
 	int k = 0;
 	if (!list)
 		return NULL;
+	if (s && !strcmp(s, "!")) {
+		free(list);
+		errno = EPERM;
+		return NULL;
+	}
 	while (s && *s && k < STUB_MAX) {
 		const char *colon = strchr(s, ':');
 		if (!colon || (size_t)(colon - s) >= sizeof(devs[k].name))
