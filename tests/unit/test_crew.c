@@ -187,6 +187,20 @@ static void *churn(void *arg)
 	return NULL;
 }
 
+/* In a fork child, which has none of the parent's PDs: one of its own, and
+ * a big block registered with it, whole.  An exit status (0: done). */
+static int child_registers_on_a_pd_of_its_own(void)
+{
+	if (rdma_malloc_attach_pd(fake_pd(2)))
+		return 2;
+	char *p = rdma_malloc(40 * MiB);
+	uint32_t l, rk;
+	if (!p || rdma_malloc_keys(p, 40 * MiB, fake_pd(2), &l, &rk))
+		return 3;
+	memset(p, 2, 40 * MiB);
+	return 0;
+}
+
 /* Chunks made in jemalloc's alloc hook, whose growth lock fork() waits
  * for, and big blocks' chunks, registered outside every jemalloc lock,
  * whose verbs calls fork() waits for (verbs.h). */
@@ -202,16 +216,8 @@ Test(crew, fork_while_the_crew_works, .init = NULL)
 		pid_t pid = fork();
 		cr_assert_neq(pid, -1);
 		if (pid == 0) {
-			/* The child has none of the parent's PDs: one of its own. */
 			alarm(60);
-			if (rdma_malloc_attach_pd(fake_pd(2)))
-				_exit(2);
-			char *p = rdma_malloc(40 * MiB);
-			uint32_t l, rk;
-			if (!p || rdma_malloc_keys(p, 40 * MiB, fake_pd(2), &l, &rk))
-				_exit(3);
-			memset(p, 2, 40 * MiB);
-			_exit(0);
+			_exit(child_registers_on_a_pd_of_its_own());
 		}
 		int st;
 		cr_assert_eq(waitpid(pid, &st, 0), pid);
@@ -284,13 +290,8 @@ Test(crew, fork_goes_ahead_once_a_part_outlasts_its_wait)
 	cr_assert_neq(pid, -1);
 	if (pid == 0) {
 		alarm(20);
-		if (rdma_malloc_attach_pd(fake_pd(2)))
-			_exit(2);
-		char *p = rdma_malloc(40 * MiB);
-		uint32_t l, rk;
-		if (!p || rdma_malloc_keys(p, 40 * MiB, fake_pd(2), &l, &rk))
-			_exit(3);
-		_exit(atomic_load(&part_go) ? 4 : 0);
+		int st = child_registers_on_a_pd_of_its_own();
+		_exit(st ? st : atomic_load(&part_go) ? 4 : 0);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	int early = !atomic_load(&part_go);
