@@ -24,6 +24,7 @@
 #include "options.h"
 #include "os.h"
 #include "pd.h"
+#include "rereg.h"
 
 /* heap.h spells these without verbs.h (rdmalloc_heap_implied_access). */
 _Static_assert(IBV_ACCESS_MW_BIND_ == IBV_ACCESS_MW_BIND && IBV_ACCESS_ON_DEMAND_ == IBV_ACCESS_ON_DEMAND,
@@ -49,8 +50,14 @@ struct key_changes {
 	int err; /* ENOMEM: a change could not be recorded */
 };
 
+RDMALLOC_TESTABLE size_t rdmalloc_rereg_records_max = SIZE_MAX;
+
 static int changes_reserve(struct key_changes *kc, size_t cap)
 {
+	if (cap > rdmalloc_rereg_records_max)
+		cap = rdmalloc_rereg_records_max;
+	if (cap <= kc->cap)
+		return ENOMEM;
 	size_t bytes = cap * sizeof(*kc->v);
 	void *m = kc->v ? rdmalloc_os_remap(kc->v, kc->cap * sizeof(*kc->v), bytes) : rdmalloc_os_map(bytes);
 	if (!m)
@@ -67,7 +74,8 @@ static void record(void *ctx, struct ibv_pd *pd, void *addr, size_t len, uint32_
 	if (kc->n == kc->cap && changes_reserve(kc, 2 * kc->cap)) {
 		if (!kc->err)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "rdma_heap_set_access: no memory to record a key "
-				     "change: the callback misses some (the keys are right in the table)");
+				     "change: the callback misses some, and the call answers ENOMEM (look the "
+				     "keys up again)");
 		kc->err = ENOMEM;
 		return;
 	}
@@ -104,12 +112,16 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 				     rdma_heap_key_change_fn cb, void *ctx)
 {
 	rdmalloc_init();
-	if ((flags & ~RDMA_HEAP_SET_ACCESS_NEW_KEYS) || !rdmalloc_access_valid(access))
+	if (flags & ~RDMA_HEAP_SET_ACCESS_NEW_KEYS)
 		return EINVAL;
 	int new_keys = (flags & RDMA_HEAP_SET_ACCESS_NEW_KEYS) != 0;
 	rdmalloc_pd_lock();
 	struct rdmalloc_heap *h = rdmalloc_heap_live(heap);
-	if (!h) {
+	/* An ODP heap's flags, as rdma_heap_access() gives them, include
+	 * ON_DEMAND, which it keeps whatever the caller says. */
+	if (h && (rdmalloc_heap_flags_of(h) & RDMA_HEAP_ODP))
+		access &= ~(unsigned)IBV_ACCESS_ON_DEMAND;
+	if (!h || !rdmalloc_access_valid(access)) {
 		rdmalloc_pd_unlock();
 		return EINVAL;
 	}
@@ -165,5 +177,5 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	if (cb)
 		report(&kc, cb, ctx);
 	rdmalloc_os_unmap(kc.v, kc.cap * sizeof(*kc.v));
-	return err;
+	return err ? err : kc.err; /* done, but cb missed changes: the caller must know */
 }

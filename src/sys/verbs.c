@@ -630,8 +630,11 @@ int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit)
 		return 0;
 	uint32_t general = 0, rc = 0;
 	int err = rdmalloc_query_odp(pd, &general, &rc);
+	if (err && err != ENOSYS) /* (ENOSYS: a backend without the query) */
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "the device's on-demand paging could not be queried (%s): "
+				  "ODP heaps are refused with EOPNOTSUPP", strerror(err));
 	if (err)
-		return err == ENOSYS ? EOPNOTSUPP : err;
+		return EOPNOTSUPP;
 	uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
 	if (access & IBV_ACCESS_REMOTE_WRITE)
 		need |= IBV_ODP_SUPPORT_WRITE;

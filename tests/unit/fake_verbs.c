@@ -513,10 +513,17 @@ static int fake_local_inv(struct ibv_qp *qp, uint32_t rkey, uint64_t wr_id, unsi
 
 static struct fake_advice advice;
 
+static int odp_query_err;
+
 void fake_set_odp(uint32_t general, uint32_t rc)
 {
 	odp_general = general;
 	odp_rc = rc;
+}
+
+void fake_fail_odp_query(int err)
+{
+	odp_query_err = err;
 }
 
 struct fake_advice fake_last_advice(void)
@@ -527,6 +534,8 @@ struct fake_advice fake_last_advice(void)
 static int fake_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 {
 	(void)pd;
+	if (odp_query_err)
+		return odp_query_err;
 	*general = odp_general;
 	*rc = odp_rc;
 	return 0;

@@ -111,6 +111,8 @@ void fake_release_reg(void);
 /* ODP capabilities the fake reports (default: RC ODP for everything), and the last
  * ibv_advise_mr it was given. */
 void fake_set_odp(uint32_t general, uint32_t rc);
+/* Make the ODP capability query fail with @err (0: answer again). */
+void fake_fail_odp_query(int err);
 struct fake_advice {
 	int calls, advice;
 	uint32_t flags, lkey;

@@ -77,6 +77,14 @@ Test(odp, device_without_odp_is_refused)
 	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){
 		.access = LW, .flags = RDMA_HEAP_ODP | RDMA_HEAP_HUGEPAGES }));
 	cr_assert_eq(errno, EINVAL);
+	/* A device whose capabilities cannot be queried: refused the same,
+	 * never with the query's errno (rdma_heap_create(3) lists what it
+	 * answers). */
+	fake_fail_odp_query(ENOMEM);
+	errno = 0;
+	cr_assert_null(odp_heap(LW));
+	cr_assert_eq(errno, EOPNOTSUPP, "%s", strerror(errno));
+	fake_fail_odp_query(0);
 	/* The default heap and allocation are unaffected by a refused ODP heap. */
 	void *p = rdma_malloc(100);
 	cr_assert(p);
@@ -92,9 +100,14 @@ Test(odp, chunks_are_registered_on_demand)
 	cr_assert_eq(rdma_heap_access(h), LW | RR | RW | IBV_ACCESS_ON_DEMAND);
 	void *p = rdma_heap_malloc(h, 1000);
 	cr_assert_eq(fake_find(fake_pd(0), p)->access, LW | RR | RW | IBV_ACCESS_ON_DEMAND);
-	/* A change of flags keeps ON_DEMAND. */
+	/* A change of flags keeps ON_DEMAND; the flags rdma_heap_access()
+	 * gives, ON_DEMAND included, are taken back. */
 	cr_assert_eq(rdma_heap_set_access(h, LW | RR, 0, NULL, NULL), 0);
 	cr_assert_eq(fake_find(fake_pd(0), p)->access, LW | RR | IBV_ACCESS_ON_DEMAND);
+	cr_assert_eq(rdma_heap_set_access(h, rdma_heap_access(h) | RW, 0, NULL, NULL), 0);
+	cr_assert_eq(fake_find(fake_pd(0), p)->access, LW | RR | RW | IBV_ACCESS_ON_DEMAND);
+	/* Not on a heap that is not ODP. */
+	cr_assert_eq(rdma_heap_set_access(rdma_heap_default(), LW | IBV_ACCESS_ON_DEMAND, 0, NULL, NULL), EINVAL);
 }
 
 static size_t resident_pages(void *p, size_t len)
