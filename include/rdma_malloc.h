@@ -102,8 +102,8 @@ void *rdma_aligned_alloc(size_t alignment, size_t size) RDMA_MALLOC_ATTR_MALLOC
 /**
  * rdma_posix_memalign - posix_memalign(3) on registered memory.
  *
- * Returns 0, EINVAL (bad alignment) or ENOMEM; *@memptr is set only on
- * success.
+ * Returns 0, EINVAL (@memptr NULL, or a bad alignment) or ENOMEM; *@memptr
+ * is set only on success.
  */
 int rdma_posix_memalign(void **memptr, size_t alignment, size_t size);
 
@@ -276,7 +276,7 @@ int rdma_malloc_attach_pd(struct ibv_pd *pd);
  * the call returns only once no registration with @pd is left or under way,
  * so ibv_dealloc_pd(@pd) may follow at once.  The default PD may be
  * detached too; NULL-PD lookups then fail with ENODEV.
- * Return: 0, ENODEV (not attached), EBUSY (a memory window granted with
+ * Return: 0, ENODEV (@pd NULL or not attached), EBUSY (a memory window granted with
  * rdma_malloc_mw_grant() is bound on one of its regions, or, under the
  * drop-in, an elided region of @pd is alive: nothing is done; free or
  * deregister it first), or the errno of the first failed ibv_dereg_mr()
@@ -389,7 +389,8 @@ struct rdma_heap_attr {
  * RDMA_HEAP_* bits, ODP with HUGEPAGES, ODP_IMPLICIT without ODP or with
  * MW_BIND), EPERM (ODP_IMPLICIT with remote access flags), EOPNOTSUPP
  * (RDMA_HEAP_ODP on a device without RC ODP for the heap's operations, or
- * ODP_IMPLICIT without implicit ODP) or EAGAIN (RDMA_MALLOC_MAX_HEAPS
+ * ODP_IMPLICIT without implicit ODP, or whose capabilities cannot be
+ * queried) or EAGAIN (RDMA_MALLOC_MAX_HEAPS
  * heaps alive, or jemalloc has no arena left).
  */
 rdma_heap_t *rdma_heap_create(const struct rdma_heap_attr *attr);
@@ -426,7 +427,9 @@ int rdma_heap_destroy(rdma_heap_t *heap);
 rdma_heap_t *rdma_heap_default(void);
 
 /** rdma_heap_access - the IBV_ACCESS_* flags of @heap (NULL: default);
- * includes IBV_ACCESS_MW_BIND for an RDMA_HEAP_MW_BIND heap. */
+ * includes IBV_ACCESS_MW_BIND for an RDMA_HEAP_MW_BIND heap and
+ * IBV_ACCESS_ON_DEMAND for an RDMA_HEAP_ODP one (rdma_heap_set_access()
+ * takes them back as they are). */
 unsigned int rdma_heap_access(const rdma_heap_t *heap);
 
 /** rdma_heap_flags - the RDMA_HEAP_* flags of @heap (NULL: default). */
@@ -493,12 +496,16 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * shared with other heaps, and grants no remote access to revoke).
  *
  * Not to be called concurrently with rdma_heap_destroy() of the same heap.
+ * IBV_ACCESS_ON_DEMAND in @access is ignored for an RDMA_HEAP_ODP heap (it
+ * keeps it), EINVAL for another.
  * Return: 0; EINVAL (bad @heap, @access as for rdma_heap_create(), unknown
  * @flags, IBV_ACCESS_MW_BIND for an RDMA_HEAP_ODP_IMPLICIT heap); EPERM
  * (remote access for such a heap); EOPNOTSUPP (NEW_KEYS for such a heap);
  * EBUSY (a memory window is allocated on the heap's memory, or an elided
- * region pins one of its chunks); ENOMEM (no
- * memory to record the key changes in; nothing is done); or
+ * region pins one of its chunks); ENOMEM (no memory to record the key
+ * changes in: nothing is done; or, rarely, the change was made but @cb
+ * missed some of its key changes, logged as an error: look the keys up
+ * again); or
  * the errno of a failed registration: then the chunks already
  * changed are changed back (best effort; reported too) and the heap keeps
  * its old flags.
@@ -552,8 +559,9 @@ int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd *pd, int wri
  * Free or revoke a type 2 window before destroying its QP.
  * Return: the window, or NULL with errno: EINVAL (NULL @qp, @len 0, bad
  * @type or @access, or the device refused the bind), ENOENT/ERANGE/ENODEV
- * as for rdma_malloc_keys() (under @qp's PD), EPERM (the memory's heap lacks
- * RDMA_HEAP_MW_BIND), EOPNOTSUPP (the device has no memory windows), ENOMEM,
+ * as for rdma_malloc_keys() (under @qp's PD), EPERM (the memory's region
+ * lacks IBV_ACCESS_MW_BIND: its heap has neither RDMA_HEAP_MW_BIND nor
+ * that access flag), EOPNOTSUPP (the device has no memory windows), ENOMEM,
  * or the errno of the verbs call.  Until rdma_malloc_mw_free(), the region
  * the window is bound on stays: access changes, detaching @qp's PD and
  * destroying the heap are refused with EBUSY.

@@ -74,7 +74,7 @@ struct ibv_mr *rdmalloc_implicit_get(struct ibv_pd *pd, unsigned int access)
 		if (!use) {
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "more than %d implicit ODP regions (PD x access flags)",
 				     IMPLICIT_MAX);
-			errno = err ? err : ENOSPC;
+			errno = err ? err : ENOMEM; /* (ENOSPC is attach's: too many PDs) */
 			return NULL;
 		}
 	}

@@ -2,6 +2,7 @@
 /* counters.c - the library's counters, and the lookups counted per thread. */
 #include "counters.h"
 
+#include <errno.h>
 #include <pthread.h>
 
 #include "compiler.h"
@@ -98,8 +99,11 @@ static struct lookup_counts *take_slot(void)
 	return &pages[npages - 1][page_used++];
 }
 
+/* A thread's first lookup: its slot.  errno kept (a lookup leaves it
+ * alone, rdma_malloc_keys(3)): a new page of slots is an mmap. */
 static __attribute__((noinline)) struct lookup_counts *lookups_join(void)
 {
+	int saved = errno;
 	pthread_once(&lookups_once, lookups_key_create);
 	rdmalloc_lock(RDMALLOC_LOCK_LOOKUPS);
 	struct lookup_counts *t = take_slot();
@@ -114,6 +118,7 @@ static __attribute__((noinline)) struct lookup_counts *lookups_join(void)
 	}
 	tl_slot = t;
 	pthread_setspecific(lookups_key, t);
+	errno = saved;
 	return t;
 }
 

@@ -154,6 +154,22 @@ Test(mw, heap_without_mw_bind_is_eperm)
 	rdma_free(p);
 }
 
+/* EPERM is the region's want of MW_BIND: a heap given the access flag
+ * without RDMA_HEAP_MW_BIND (rdma_heap_create(3)) grants windows too. */
+Test(mw, heap_with_the_access_flag_grants)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){
+		.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND });
+	cr_assert(h, "%s", strerror(errno));
+	cr_assert_eq(rdma_heap_flags(h), 0);
+	char *p = rdma_heap_malloc(h, 100);
+	cr_assert(p);
+	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp0, p, 100, IBV_ACCESS_REMOTE_READ, IBV_MW_TYPE_2, 0, 0);
+	cr_assert(mw, "%s", strerror(errno));
+	cr_assert_eq(rdma_malloc_mw_free(mw), 0);
+	rdma_free(p);
+}
+
 Test(mw, refused_bind_frees_the_window)
 {
 	/* A read-only heap with MW_BIND: a REMOTE_WRITE window needs LOCAL_WRITE
