@@ -710,7 +710,8 @@ enum rdma_malloc_stats_format {
 	/* One JSON object on one line: every field, raw, then "pid",
 	 * "program" and "library_version". */
 	RDMA_MALLOC_STATS_JSON = 1,
-	/* Or'ed into RDMA_MALLOC_STATS_TEXT: the rows that are 0 too.  Since 0.2. */
+	/* Or'ed into RDMA_MALLOC_STATS_TEXT: the rows that are 0 too (JSON has
+	 * every field: ignored there).  Since 0.2. */
 	RDMA_MALLOC_STATS_ALL_ROWS = 1 << 8,
 };
 
