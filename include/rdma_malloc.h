@@ -503,12 +503,13 @@ typedef void (*rdma_heap_key_change_fn)(void *ctx, struct ibv_pd *pd, void *addr
  * (remote access for such a heap); EOPNOTSUPP (NEW_KEYS for such a heap);
  * EBUSY (a memory window is allocated on the heap's memory, or an elided
  * region pins one of its chunks); ENOMEM (no memory to record the key
- * changes in: nothing is done; or, rarely, the change was made but @cb
- * missed some of its key changes, logged as an error: look the keys up
- * again); or
+ * changes in for @cb: nothing is done; or, rarely, the change was made but
+ * its key changes could not all be recorded: @cb is not called, an error
+ * says so, and the program looks its keys up again; rdma_heap_access()
+ * tells the two apart); or
  * the errno of a failed registration: then the chunks already
- * changed are changed back (best effort; reported too) and the heap keeps
- * its old flags.
+ * changed are changed back (best effort; reported too, unless the changes
+ * could not all be recorded) and the heap keeps its old flags.
  */
 int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, unsigned int flags,
 			 rdma_heap_key_change_fn cb, void *ctx);

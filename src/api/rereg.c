@@ -73,9 +73,8 @@ static void record(void *ctx, struct ibv_pd *pd, void *addr, size_t len, uint32_
 	struct key_changes *kc = ctx;
 	if (kc->n == kc->cap && changes_reserve(kc, 2 * kc->cap)) {
 		if (!kc->err)
-			rdmalloc_log(RDMALLOC_LOG_ERROR, "rdma_heap_set_access: no memory to record a key "
-				     "change: the callback misses some, and the call answers ENOMEM (look the "
-				     "keys up again)");
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "rdma_heap_set_access: no memory to record the key "
+				     "changes: the callback is not called (look the keys up again)");
 		kc->err = ENOMEM;
 		return;
 	}
@@ -147,9 +146,10 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 		rdmalloc_pd_unlock();
 		return EBUSY;
 	}
-	/* Every registration may change twice (the change, then its undoing). */
+	/* Every registration may change twice (the change, then its undoing).
+	 * Recorded only for a callback. */
 	struct key_changes kc = { 0 };
-	if (changes_reserve(&kc, 2 * rdmalloc_chunks_count_regs(h) + 16)) {
+	if (cb && changes_reserve(&kc, 2 * rdmalloc_chunks_count_regs(h) + 16)) {
 		rdmalloc_pd_unlock();
 		return ENOMEM;
 	}
@@ -159,13 +159,13 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	rdmalloc_heap_store_access(h, access);
 	rdmalloc_chunks_bump_gen();
 	unsigned long changed = 0;
-	int err = rdmalloc_chunks_rereg(h, access, new_keys, stamp, record, &kc, &changed);
+	int err = rdmalloc_chunks_rereg(h, access, new_keys, stamp, cb ? record : NULL, &kc, &changed);
 	if (err) {
 		/* Back to the old flags, in place where possible. */
 		rdmalloc_heap_store_access(h, old);
 		rdmalloc_chunks_bump_gen();
 		stamp = atomic_fetch_add(&rdmalloc_rereg_stamp, 1) + 1;
-		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, record, &kc, &changed);
+		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, cb ? record : NULL, &kc, &changed);
 		if (e2)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "changing a heap's access flags failed (%s) and "
 				     "changing them back failed too (%s): its chunks have mixed flags",
@@ -174,8 +174,11 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	if (changed)
 		rdmalloc_heap_bump_key_gen(h);
 	rdmalloc_pd_unlock();
-	if (cb)
+	/* Some changes not recorded: no report at all, rather than one that
+	 * may name keys a later change (an undoing) replaced. */
+	if (cb && !kc.err)
 		report(&kc, cb, ctx);
-	rdmalloc_os_unmap(kc.v, kc.cap * sizeof(*kc.v));
-	return err ? err : kc.err; /* done, but cb missed changes: the caller must know */
+	if (kc.v)
+		rdmalloc_os_unmap(kc.v, kc.cap * sizeof(*kc.v));
+	return err ? err : kc.err; /* done, but cb not called: the caller must know */
 }

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "lock.h"
 #include "log.h"
@@ -69,12 +70,15 @@ struct ibv_mr *rdmalloc_implicit_get(struct ibv_pd *pd, unsigned int access)
 			use = NULL;
 	}
 	rdmalloc_unlock(RDMALLOC_LOCK_ODP);
-	if (use != mr) {
+	if (use != mr) { /* ours is spare */
 		int err = rdmalloc_dereg_mr(mr);
+		if (err)
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of a spare implicit ODP region: %s",
+				     strerror(err));
 		if (!use) {
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "more than %d implicit ODP regions (PD x access flags)",
 				     IMPLICIT_MAX);
-			errno = err ? err : ENOMEM; /* (ENOSPC is attach's: too many PDs) */
+			errno = ENOMEM; /* (ENOSPC is attach's: too many PDs) */
 			return NULL;
 		}
 	}

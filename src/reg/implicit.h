@@ -10,7 +10,7 @@ struct ibv_mr;
  * One region per (PD, access) for the whole address space, shared by every
  * chunk of every implicit heap.
  * get: that region with one more reference, registered on first use; NULL
- * with errno (ENOSPC when too many (PD, access) pairs are in use).
+ * with errno (ENOMEM when too many (PD, access) pairs are in use).
  * put: one reference less; the last deregisters it (0 or its errno).
  * Both take the ODP lock, a leaf never held across a verbs call.
  */

@@ -630,7 +630,7 @@ int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit)
 		return 0;
 	uint32_t general = 0, rc = 0;
 	int err = rdmalloc_query_odp(pd, &general, &rc);
-	if (err && err != ENOSYS) /* (ENOSYS: a backend without the query) */
+	if (err && err != EOPNOTSUPP && err != ENOSYS) /* (not a backend without the query) */
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "the device's on-demand paging could not be queried (%s): "
 				  "ODP heaps are refused with EOPNOTSUPP", strerror(err));
 	if (err)

@@ -48,6 +48,9 @@ Test(mw, heap_registers_with_mw_bind)
 	const struct fake_mr_info *m = fake_find(fake_pd(0), buf);
 	cr_assert(m);
 	cr_assert_eq(m->access, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	cr_assert_eq(rdma_heap_set_access(mwheap, rdma_heap_access(mwheap), 0, NULL, NULL), 0,
+		     "its flags not taken back");
+	cr_assert_eq(rdma_heap_access(mwheap), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
 	errno = 0;
 	cr_assert_null(rdma_heap_create(&(struct rdma_heap_attr){ .flags = 1u }), "bit 0 is reserved");
 	cr_assert_eq(errno, EINVAL);

@@ -9,6 +9,7 @@
  * the guest only proves the refusal (tests/e2e/test_modes.c).
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <errno.h>
 #include <pthread.h>
 #include <infiniband/verbs.h>
@@ -59,7 +60,13 @@ static rdma_heap_t *odp_heap(unsigned access)
 	return rdma_heap_create(&(struct rdma_heap_attr){ .access = access, .flags = RDMA_HEAP_ODP });
 }
 
-Test(odp, device_without_odp_is_refused)
+static void setup_said(void)
+{
+	cr_redirect_stderr();
+	setup();
+}
+
+Test(odp, device_without_odp_is_refused, .init = setup_said)
 {
 	fake_set_odp(0, 0);
 	errno = 0;
@@ -85,6 +92,13 @@ Test(odp, device_without_odp_is_refused)
 	cr_assert_null(odp_heap(LW));
 	cr_assert_eq(errno, EOPNOTSUPP, "%s", strerror(errno));
 	fake_fail_odp_query(0);
+	fflush(stderr);
+	char said[4096];
+	size_t n = fread(said, 1, sizeof(said) - 1, cr_get_redirected_stderr());
+	said[n] = 0;
+	cr_assert(strstr(said, "rdmalloc: warning: the device's on-demand paging could not be queried (Cannot "
+			       "allocate memory): ODP heaps are refused with EOPNOTSUPP"),
+		  "not said: \"%s\"", said);
 	/* The default heap and allocation are unaffected by a refused ODP heap. */
 	void *p = rdma_malloc(100);
 	cr_assert(p);
@@ -301,6 +315,7 @@ Test(odp, implicit_region_is_shared_and_counted)
 	cr_assert(a && b, "%s", strerror(errno));
 	cr_assert_eq(rdma_heap_flags(a), IMPLICIT);
 	cr_assert_eq(rdma_heap_access(a), LW | IBV_ACCESS_ON_DEMAND);
+	cr_assert_eq(rdma_heap_set_access(a, rdma_heap_access(a), 0, NULL, NULL), 0, "its flags not taken back");
 	cr_assert_eq(implicit_regions(fake_pd(0)), 0, "registered before any chunk");
 	/* Several chunks in each heap (large blocks get chunks of their own). */
 	void *p[6];
