@@ -36,6 +36,7 @@
 #include "heap.h"
 #include "os.h"
 #include "reserve.h"
+#include "stderr_said.h"
 #include "thread_named.h"
 
 #include <criterion/redirect.h>
@@ -950,10 +951,8 @@ Test(fault, a_kernel_without_populate_registers_big_chunks_unpopulated, .init = 
 	cr_assert_eq(st.fallbacks, s0.fallbacks + 1, "%llu fallbacks counted, not 1",
 		     (unsigned long long)(st.fallbacks - s0.fallbacks));
 	cr_assert_eq(st.populated_chunks, s0.populated_chunks, "a chunk counted as populated");
-	fflush(stderr);
 	char said[8192];
-	size_t n = fread(said, 1, sizeof(said) - 1, cr_get_redirected_stderr());
-	said[n] = 0;
+	stderr_said(said, sizeof(said));
 	const char *warning = "rdmalloc: warning: madvise(MADV_POPULATE_WRITE) is refused here";
 	const char *first = strstr(said, warning);
 	cr_assert(first, "not said as a warning: \"%s\"", said);

@@ -17,6 +17,7 @@
 
 #include "chunk.h"
 #include "fake_verbs.h"
+#include "stderr_said.h"
 #include "reserve.h"
 #include "hugepage.h"
 #include "options.h"
@@ -89,13 +90,6 @@ static struct rdmalloc_chunk *check_chunk(void *p, int kind)
 	cr_assert_eq(m->len, c->map_size, "registration covers %zu bytes of a %zu-byte mapping", m->len,
 		     c->map_size);
 	return c;
-}
-
-static void read_stderr(char *buf, size_t size)
-{
-	fflush(stderr);
-	size_t n = fread(buf, 1, size - 1, cr_get_redirected_stderr());
-	buf[n] = 0;
 }
 
 Test(hugepages, rounding)
@@ -192,7 +186,7 @@ Test(hugepages, falls_back_to_thp_once, .init = cr_redirect_stderr)
 	st = stats();
 	cr_assert_eq(st.thp_chunks, 0, "gauge after destroy");
 	char buf[4096];
-	read_stderr(buf, sizeof(buf));
+	stderr_said(buf, sizeof(buf));
 	const char *first = strstr(buf, "no explicit huge pages");
 	cr_assert(first, "fallback not logged: \"%s\"", buf);
 	cr_assert(strstr(first, "transparent huge pages"), "log does not say what it fell back to: %s", buf);
@@ -214,7 +208,7 @@ Test(hugepages, falls_back_to_small_pages, .init = cr_redirect_stderr)
 	cr_assert_eq(st.thp_chunks, 0);
 	cr_assert_geq(st.hugepage_fallbacks, 1);
 	char buf[4096];
-	read_stderr(buf, sizeof(buf));
+	stderr_said(buf, sizeof(buf));
 	cr_assert(strstr(buf, "using 4 KiB pages"), "4 KiB fallback not said: \"%s\"", buf);
 	rdma_free(p);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fake_verbs.h"
+#include "stderr_said.h"
 #include "reserve.h"
 #include "heap.h"
 #include "rdma_malloc.h"
@@ -92,10 +93,8 @@ Test(odp, device_without_odp_is_refused, .init = setup_said)
 	cr_assert_null(odp_heap(LW));
 	cr_assert_eq(errno, EOPNOTSUPP, "%s", strerror(errno));
 	fake_fail_odp_query(0);
-	fflush(stderr);
 	char said[4096];
-	size_t n = fread(said, 1, sizeof(said) - 1, cr_get_redirected_stderr());
-	said[n] = 0;
+	stderr_said(said, sizeof(said));
 	cr_assert(strstr(said, "rdmalloc: warning: the device's on-demand paging could not be queried (Cannot "
 			       "allocate memory): ODP heaps are refused with EOPNOTSUPP"),
 		  "not said: \"%s\"", said);

@@ -18,6 +18,7 @@
 #include "chunk.h"
 #include "fake_verbs.h"
 #include "reserve.h"
+#include "stderr_said.h"
 #include "rereg.h"
 #include "rdma_malloc.h"
 #include "addrmap.h"
@@ -181,10 +182,8 @@ Test(rereg, unrecorded_key_changes_are_enomem, .init = cr_redirect_stderr)
 	check_regions(ptr, NCH, fake_pd(0), LW | RR);
 	check_regions(ptr, NCH, fake_pd(1), LW | RR);
 	cr_assert_eq(r.calls, 0, "%d changes reported, not all of them", r.calls);
-	fflush(stderr);
 	char said[4096];
-	size_t n = fread(said, 1, sizeof(said) - 1, cr_get_redirected_stderr());
-	said[n] = 0;
+	stderr_said(said, sizeof(said));
 	cr_assert(strstr(said, "rdmalloc: error: rdma_heap_set_access: no memory to record the key changes: "
 			       "the callback is not called"),
 		  "not said: \"%s\"", said);
