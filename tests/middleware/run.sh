@@ -11,7 +11,9 @@
 # pass, data checked where the program can (mpi_check, rping -V,
 # fi_pingpong -c) and by its own verdict otherwise;
 # under the remote-access heap, the engines below marked "elides" must have
-# elided_registrations >= 1 in every process.  One line per process records
+# elided_registrations >= 1 in every process.  A pair that died of its
+# engine's own known bug (known-crashes.sh, doc/mpi.md) runs again, once,
+# and says so.  One line per process records
 # the counts:  # counts NAME MODE SIDE elided=E passthrough=P
 #   run.sh BUILD_DIR [NAME-GLOB]
 set -uo pipefail
@@ -25,6 +27,7 @@ export RDMALLOC_PRELOAD_LIB=$build/preload/librdmalloc-preload.so
 . "$here/../vm/pairs.sh"
 
 . "$here/hosts.sh"
+. "$here/known-crashes.sh"
 
 # counts NAME MODE SIDE ERRFILE ELIDES: record the counts; under the
 # remote-access heap an engine that elides must show it.
@@ -123,6 +126,12 @@ pair_mode() {
 		rc=$?
 		counts "$name" "$mode" client "$clog.err" "$elides" || rc=1
 		return $rc
+	elif [[ -z ${pair_again:-} ]] && known_teardown_crash "$name" "$rc" "$src" "$clog" "$slog"; then
+		echo "# known: $tag (client exit $rc, server exit $src): a process died in libfabric 1.17's" \
+			"rxm connection teardown after every transfer was checked (doc/mpi.md); run again, once"
+		grep -h -A 3 'terminated with signal' "$clog.err" "$slog.err" | sed 's/^/#   /'
+		known_crashes=$((known_crashes + 1))
+		pair_again=1 pair_mode "$@"
 	else
 		fail "$tag (client exit $rc, server exit $src)" "$clog" "$clog.err" "$slog" "$slog.err"
 		return 1
@@ -163,6 +172,7 @@ mpi_mode() {
 # frees most of what it allocates at start, also with RDMALLOC_DECAY_MS=0
 # (giveback: remote access; local-giveback: the default heap, under UCX's
 # own cached registrations): idle chunks must be given back, no byte lost.
+known_crashes=0
 plain=
 [[ ${MIDDLEWARE_PLAIN:-0} == 1 ]] && plain="plain "
 modes="${plain}dropin remote"
@@ -188,4 +198,5 @@ pair fi_pingpong-rdm elides tcp:47592 "fi_pingpong -p verbs;ofi_rxm -e rdm -d rx
 	"fi_pingpong -p verbs;ofi_rxm -e rdm -d rxe1 -I 100 -c 10.77.0.2"
 pair rping elides 2 "rping -s -a 10.77.0.2 -C 50 -S 4096 -V" "rping -c -a 10.77.0.2 -I 10.77.0.1 -C 50 -S 4096 -V"
 pair ucmatose elides 2 "ucmatose -b 10.77.0.2 -C 100 -S 4096" "ucmatose -s 10.77.0.2 -b 10.77.0.1 -C 100 -S 4096"
+((known_crashes == 0)) || echo "# runs again after libfabric 1.17's known teardown crash: $known_crashes"
 finish
