@@ -52,20 +52,28 @@ static void fork_ends(void)
 	went_ahead = 0;
 }
 
+/* A wait gave up with @left under way: counted, once per fork; whether it
+ * is the fork's first (the caller then says what was left). */
+static int goes_ahead(unsigned left)
+{
+	if (!left || went_ahead)
+		return 0;
+	went_ahead = 1;
+	STAT_INC(fallbacks); /* no allocation, no lock of ours: a fork handler */
+	return 1;
+}
+
 static void inner_prepare(void)
 {
 	if (!deadline) /* the outer handler is not registered yet (fork.h) */
 		deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
 	unsigned fills = rdmalloc_reserves_fork_prepare(deadline); /* the reserve's thread idle first */
 	unsigned parts = rdmalloc_crew_fork_prepare(deadline);     /* then the crew's workers */
-	if ((fills || parts) && !went_ahead) { /* no allocation, no lock of ours: a fork handler */
-		went_ahead = 1;
-		STAT_INC(fallbacks);
+	if (goes_ahead(fills + parts))
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead after %llu ms with rdmalloc's threads at "
 				  "work (%u reserve chunks, %u crew parts under way): the child does not get "
 				  "that work, and if it uses RDMA it may hang on the provider's locks (counted in "
 				  "fallbacks)", (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u), fills, parts);
-	}
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_INNER);
 }
 
@@ -91,13 +99,10 @@ static void outer_prepare(void)
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 	deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
 	unsigned calls = rdmalloc_verbs_fork_prepare(deadline);
-	if (calls) { /* no allocation, no lock of ours: a fork handler */
-		went_ahead = 1;
-		STAT_INC(fallbacks);
+	if (goes_ahead(calls))
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
 				  "after %llu ms: a child that uses RDMA may hang on the provider's locks (counted in "
 				  "fallbacks)", calls, (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u));
-	}
 	/* No new work for the reserve's thread or the crew's workers while
 	 * jemalloc's prepare runs: the inner prepare waits for what is under
 	 * way, and a call started now might free into jemalloc then. */

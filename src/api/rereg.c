@@ -159,13 +159,14 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 	rdmalloc_heap_store_access(h, access);
 	rdmalloc_chunks_bump_gen();
 	unsigned long changed = 0;
-	int err = rdmalloc_chunks_rereg(h, access, new_keys, stamp, cb ? record : NULL, &kc, &changed);
+	rdma_heap_key_change_fn rec = cb ? record : NULL;
+	int err = rdmalloc_chunks_rereg(h, access, new_keys, stamp, rec, &kc, &changed);
 	if (err) {
 		/* Back to the old flags, in place where possible. */
 		rdmalloc_heap_store_access(h, old);
 		rdmalloc_chunks_bump_gen();
 		stamp = atomic_fetch_add(&rdmalloc_rereg_stamp, 1) + 1;
-		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, cb ? record : NULL, &kc, &changed);
+		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, rec, &kc, &changed);
 		if (e2)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "changing a heap's access flags failed (%s) and "
 				     "changing them back failed too (%s): its chunks have mixed flags",

@@ -130,8 +130,9 @@ RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
 /*
  * fork() around the thread (api/fork.c).  coming, in the outer prepare,
  * stops the thread from starting work: none starts while jemalloc's
- * prepare runs.  Then, before the inner locks, prepare
- * stops the thread from starting work and waits until it is doing none,
+ * prepare runs.  Then, before the inner locks, prepare (which stops it too,
+ * should the outer handler not be registered yet) waits until it is doing
+ * none,
  * so that the child inherits no chunk half made or half dropped, no count
  * half taken and no lock of libibverbs that the thread held inside
  * ibv_reg_mr; parent lets it go on (the child forgets it).  The thread

@@ -83,9 +83,16 @@ void info_devices(const char *wanted)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
+	int list_err = list ? 0 : errno;
 	int chosen = 0; /* the library's choice is made once, in list order */
 	char why[160]; /* why none, in the library's words (src/sys/verbs.c) */
-	if (*wanted)
+	if (!list && list_err == ENOSYS)
+		snprintf(why, sizeof(why), "no RDMA device (the kernel has no RDMA support)");
+	else if (!list)
+		snprintf(why, sizeof(why), "cannot list RDMA devices: %s", strerror(list_err));
+	else if (!n)
+		snprintf(why, sizeof(why), "no RDMA device found");
+	else if (*wanted)
 		snprintf(why, sizeof(why), "RDMA device \"%s\" not found", wanted);
 	else
 		snprintf(why, sizeof(why), "no RDMA device has an active port");
@@ -132,19 +139,11 @@ void info_devices(const char *wanted)
 		out_end();
 	}
 	out_list_end();
-	if (!list) {
-		int err = errno;
-		out_str("devices_error", err == ENOSYS ? "the kernel has no RDMA support" : strerror(err));
-		if (err == ENOSYS)
-			snprintf(why, sizeof(why), "no RDMA device (the kernel has no RDMA support)");
-		else
-			snprintf(why, sizeof(why), "cannot list RDMA devices: %s", strerror(err));
+	if (!list)
+		out_str("devices_error", list_err == ENOSYS ? "the kernel has no RDMA support" : strerror(list_err));
+	if (!chosen) {
 		char none[168];
 		snprintf(none, sizeof(none), "none: %s", why);
-		out_str("default_pd", none);
-	} else if (!chosen) {
-		char none[168];
-		snprintf(none, sizeof(none), "none: %s", n ? why : "no RDMA device found");
 		out_str("default_pd", none);
 	}
 	if (list)
