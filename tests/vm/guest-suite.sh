@@ -87,7 +87,11 @@ real_programs() { # the verdict of the run started before the engines
 	wait "$real_pid"
 	local rc=$?
 	cat "$real"
-	((rc != 124)) || echo "(stopped after 1200 s)"
+	if ((rc == 124)); then
+		echo "(stopped after 1200 s; what its user's processes were doing:)"
+		"$here/stacks.sh" $(pgrep -u 65534) | sed 's/^/#   /'
+		pkill -KILL -u 65534
+	fi
 	echo "(started with the engines, $((SECONDS - real_t0)) s ago)"
 	rm -f "$real"
 	return $rc
