@@ -124,6 +124,13 @@ static void passed_over(const char *skipped, const char *chosen)
 	rdmalloc_log_job_once("device-passed-over", "%s: the default PD is on %s instead", skipped, chosen);
 }
 
+/* The first device's reason for being passed over, kept in @first. */
+static void keep_first(char *first, size_t len, const char *why)
+{
+	if (!first[0])
+		snprintf(first, len, "%s", why);
+}
+
 static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t whylen)
 {
 	if (!bound()) {
@@ -157,8 +164,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		struct ibv_context *ctx = lib.open_device(list[i]);
 		if (!ctx) {
 			snprintf(why, whylen, "cannot open %s: %s", name, strerror(errno));
-			if (!skipped[0])
-				snprintf(skipped, sizeof(skipped), "%s", why);
+			keep_first(skipped, sizeof(skipped), why);
 			continue;
 		}
 		if (!*device && !port_active(ctx)) {
@@ -170,8 +176,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		if (!pd) {
 			err = errno ? errno : ENOMEM;
 			snprintf(why, whylen, "ibv_alloc_pd on %s: %s", name, strerror(err));
-			if (!skipped[0])
-				snprintf(skipped, sizeof(skipped), "%s", why);
+			keep_first(skipped, sizeof(skipped), why);
 			lib.close_device(ctx);
 		} else {
 			snprintf(chosen, sizeof(chosen), "%s", name);
