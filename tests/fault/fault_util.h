@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock_now.h"
 #include "fake_verbs.h"
 #include "reserve.h"
 #include "fault.h"
@@ -140,13 +141,6 @@ static inline size_t fu_vmsize(void)
 	if (f)
 		fclose(f);
 	return kb << 10;
-}
-
-static inline double fu_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static const char *const fu_site_names[] = { "ibv_reg_mr", "ibv_dereg_mr", "mmap", "hugepage",

@@ -361,7 +361,7 @@ static void sweep(enum rdmalloc_fault_site site, unsigned long count, enum phase
 	cr_assert_eq(rdmalloc_fault_calls(site), calls, "the number of %s calls drifts between runs",
 		     fu_site_names[site]);
 	size_t vm0 = fu_vmsize();
-	double t0 = fu_now();
+	double t0 = now_s();
 	memset(&t, 0, sizeof(t));
 	for (unsigned long n = 1; n <= calls + 1; n++) {
 		snprintf(tag, sizeof(tag), "%s/%s n=%lu of %lu", fu_site_names[site], mode, n, calls);
@@ -384,7 +384,7 @@ static void sweep(enum rdmalloc_fault_site site, unsigned long count, enum phase
 	       "%lu failed cleanly (NULL+ENOMEM or the injected errno), %zu MiB left registered by failed "
 	       "deregistrations (by design), %.2f s\n",
 	       fu_site_names[site], mode, calls, t.runs, t.faults, t.ops, t.failures, t.leaked_bytes >> 20,
-	       fu_now() - t0);
+	       now_s() - t0);
 	fflush(stdout);
 }
 
@@ -619,7 +619,7 @@ static void soak(void)
 	uint64_t x = 0x853c49e6748fea9bull;
 	unsigned long fails = 0, recreated = 0, pd_cycles = 0;
 	int attached = 0;
-	double t0 = fu_now();
+	double t0 = now_s();
 	for (int op = 0; op < OPS; op++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		char when[64];
@@ -702,7 +702,7 @@ static void soak(void)
 	printf("fault soak: %d operations on %d heaps, %lu faults injected (reg+mmap+dereg), %lu allocations "
 	       "failed cleanly, %llu reserve chunks not made, %lu heaps re-created, %lu PD attach/detach, %.2f s\n",
 	       OPS, HEAPS, injected, fails, (unsigned long long)st.reserve_skipped, recreated, pd_cycles,
-	       fu_now() - t0);
+	       now_s() - t0);
 }
 
 /* A mapping refused for want of memory (ENOMEM: RLIMIT_AS, strict

@@ -29,7 +29,7 @@
 #include "reserve.h"
 #include "verbs.h"
 #include "rdma_malloc.h"
-#include "seconds_since.h"
+#include "clock_now.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -205,13 +205,6 @@ static void *maker(void *arg)
 	for (unsigned i = 0; i < 8; i++)
 		rdma_free(live[i]);
 	return NULL;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* An attach ends while other threads make chunks faster than the new PD
@@ -424,12 +417,12 @@ Test(big, fork_goes_ahead_once_a_registration_outlasts_its_wait, .init = setup_n
 	fake_wait_blocked();
 	struct rdma_malloc_stats s0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s0) }, s1 = s0;
 	cr_assert_eq(rdma_malloc_stats_get(&s0), 0);
-	struct timespec t0 = time_now();
+	double t0 = now_s();
 	pid_t pid = fork();
 	cr_assert_neq(pid, -1);
 	if (pid == 0)
 		_exit(fake_calls_under_way() == 1 ? 0 : 3); /* forked in the middle of it, as said */
-	double waited = seconds_since(t0);
+	double waited = now_s() - t0;
 	int st = 0;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child: status %#x", st);

@@ -23,6 +23,7 @@
 
 #include "addrmap.h"
 #include "chunk.h"
+#include "clock_now.h"
 #include "fake_verbs.h"
 #include "reserve.h"
 #include "heap.h"
@@ -345,11 +346,8 @@ Test(giveback, flushes_race_with_their_owners)
 		o[i] = (struct owner){ h, 7u + (unsigned)i, &stop };
 		cr_assert_eq(pthread_create(&th[i], NULL, own_and_check, &o[i]), 0);
 	}
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	time_t end = ts.tv_sec + 3;
-	while (clock_gettime(CLOCK_MONOTONIC, &ts) == 0 && ts.tv_sec < end)
+	uint64_t now = now_ns();
+	for (double end = now_s() + 3; now_s() < end;)
 		rdmalloc_heap_flush_idle_caches(now += 1000000000u);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < T; i++)
@@ -410,9 +408,7 @@ Test(giveback, fork_child_forgets_other_threads_caches)
 			if (pthread_create(&t, NULL, nothing, NULL) == 0)
 				pthread_join(t, NULL);
 		}
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		uint64_t now = now_ns();
 		rdmalloc_heap_flush_idle_caches(now); /* what the child's tick does */
 		rdmalloc_heap_flush_idle_caches(now + 10000000000u);
 		rdma_free(rdma_heap_malloc(fork_heap, 64)); /* the child's own cache works */
@@ -489,9 +485,7 @@ Test(giveback, a_cache_made_in_the_last_destructor_round)
 		cr_assert_eq(rdmalloc_heap_live_caches(), before + !used, "%s: %u caches, %u before",
 			     used ? "a thread that ended with caches" : "a thread that only read the stats",
 			     rdmalloc_heap_live_caches(), before);
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		uint64_t now = now_ns();
 		rdmalloc_heap_flush_idle_caches(now); /* what the tick does */
 		rdmalloc_heap_flush_idle_caches(now + 10000000000u);
 	}
