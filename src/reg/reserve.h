@@ -132,9 +132,8 @@ RDMALLOC_TESTABLE void rdmalloc_reserves_settle(void);
  * stops the thread from starting work: none starts while jemalloc's
  * prepare runs.  Then, before the inner locks, prepare (which stops it too,
  * should the outer handler not be registered yet) waits until it is doing
- * none,
- * so that the child inherits no chunk half made or half dropped, no count
- * half taken and no lock of libibverbs that the thread held inside
+ * none, so that the child inherits no chunk half made or half dropped, no
+ * count half taken and no lock of libibverbs that the thread held inside
  * ibv_reg_mr; parent lets it go on (the child forgets it).  The thread
  * needs none of the inner group but the chunk lock, which prepare releases
  * while it waits.  It waits until @deadline_ns (rdmalloc_now_ns()'s clock)

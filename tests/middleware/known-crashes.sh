@@ -12,13 +12,11 @@
 # libinfinipath, which fi_pingpong loads, says "terminated with signal" and
 # exits 1.  Anything else, or a second time, is a failure.
 known_teardown_crash() {
-	local name=$1 rc=$2 src=$3 clog=$4 slog=$5 f
+	local name=$1 rc=$2 src=$3 clog=$4 slog=$5 dead
 	[[ $name == fi_pingpong-rdm ]] || return 1
 	((rc == 0 || src == 0)) || return 1
-	for f in "$clog" "$slog"; do # the 1 MiB row, fi_pingpong's last
-		grep -qE '^1m +100 +=100 ' "$f" || return 1
-	done
-	((rc == 0)) || f=$clog.err
-	((src == 0)) || f=$slog.err
-	grep -q 'terminated with signal' "$f" && grep -q 'libfabric\.so' "$f"
+	# the 1 MiB row, fi_pingpong's last, on both sides
+	grep -qE '^1m +100 +=100 ' "$clog" && grep -qE '^1m +100 +=100 ' "$slog" || return 1
+	((rc == 0)) && dead=$slog.err || dead=$clog.err
+	grep -q 'terminated with signal' "$dead" && grep -q 'libfabric\.so' "$dead"
 }
