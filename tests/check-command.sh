@@ -11,13 +11,13 @@ passed=0 failed=0
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # expect NAME STATUS GREP-PATTERN ARGS...: status, and a line of the output
-# (stdout and stderr) matching the pattern.
+# (stdout and stderr) matching the pattern (when it is not empty).
 expect() {
 	name=$1 want=$2 pat=$3
 	shift 3
 	"$cmd" "$@" >"$out" 2>&1
 	rc=$?
-	if [ "$rc" = "$want" ] && grep -q -e "$pat" "$out"; then
+	if [ "$rc" = "$want" ] && { [ -z "$pat" ] || grep -q -e "$pat" "$out"; }; then
 		echo "ok $name"
 		passed=$((passed + 1))
 	else
