@@ -45,6 +45,12 @@ expect "run: program not in PATH: 127" 127 "'rdmalloc-no-such-program': No such 
 expect "run: a directory: 126" 126 "'/': Is a directory" run -- /
 expect "run: exit status passes through" 3 "" run -- sh -c 'exit 3'
 expect "run: the drop-in is loaded" 0 "librdmalloc-preload.so" run -- sh -c 'cat /proc/$$/maps'
+# --quiet: the job is told of both warnings about the machine's devices
+# (none found; one passed over for the default PD), after what it was told.
+export RDMALLOC_JOB_NOTED=x
+expect "run --quiet: no device warnings in the job" 0 "^x,no-device,device-passed-over$" \
+	run --quiet -- sh -c 'echo $RDMALLOC_JOB_NOTED'
+unset RDMALLOC_JOB_NOTED
 for sub in run info; do
 	expect "$sub --help" 0 "^Usage: rdmalloc $sub" $sub --help
 done
