@@ -51,6 +51,43 @@ export RDMALLOC_JOB_NOTED=x
 expect "run --quiet: no device warnings in the job" 0 "^x,no-device,device-passed-over$" \
 	run --quiet -- sh -c 'echo $RDMALLOC_JOB_NOTED'
 unset RDMALLOC_JOB_NOTED
+# The loader ignores LD_PRELOAD for a program run in secure-execution mode
+# (ld.so(8)): `run` says so, and only for the programs the loader does run
+# without the drop-in.  As root: a set-user-ID copy of cat owned by nobody
+# (warned), a plain copy, a set-user-ID script (the kernel ignores its
+# bits) and a copy given a file capability (root has them all already);
+# as nobody, that copy with the capability (warned).  The truth is what
+# the program maps when run under LD_PRELOAD itself.
+if [ "$(id -u)" = 0 ] && d=$(mktemp -d); then
+	chmod 755 "$d"
+	cp "$cmd" "$d/rdmalloc" && cp "$RDMALLOC_PRELOAD_LIB" "$d/librdmalloc-preload.so"
+	cp /bin/cat "$d/suid" && chown nobody "$d/suid" && chmod 4755 "$d/suid"
+	cp /bin/cat "$d/plain"
+	printf '#!/bin/sh\ncat /proc/self/maps\n' >"$d/script" && chown nobody "$d/script" && chmod 4755 "$d/script"
+	cases="root:suid:set-user-ID root:plain:any root:script:any"
+	command -v setcap >/dev/null && cp /bin/cat "$d/caps" && setcap cap_net_raw+ep "$d/caps" &&
+		cases="$cases root:caps:any nobody:caps:given.file.capabilities"
+	as() { if [ "$who" = root ]; then env "$@"; else setpriv --reuid=nobody --regid=nogroup --clear-groups env "$@"; fi; }
+	for c in $cases; do
+		who=${c%%:*} p=${c#*:} what=${c##*:}
+		p=${p%%:*}
+		[ "$what" = any ] && what='.*' # want none: no warning of any kind
+		loaded=$(as LD_PRELOAD="$d/librdmalloc-preload.so" "$d/$p" /proc/self/maps 2>/dev/null | grep -c librdmalloc-preload)
+		warned=$(as RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/$p" /proc/self/maps 2>&1 >/dev/null |
+			grep -c "'$d/$p' is $what: the loader runs it without the drop-in")
+		want=$([ "$loaded" = 0 ] && echo 1 || echo 0)
+		if [ "$warned" = "$want" ]; then
+			echo "ok run: secure-execution warning, $p as $who ($warned; drop-in mapped: $loaded)"
+			passed=$((passed + 1))
+		else
+			echo "FAIL run: secure-execution warning, $p as $who: $warned, want $want (drop-in mapped: $loaded)"
+			failed=$((failed + 1))
+		fi
+	done
+	rm -rf "$d"
+else
+	echo "skip run: secure-execution warning (making a set-user-ID program of another user needs root)"
+fi
 for sub in run info; do
 	expect "$sub --help" 0 "^Usage: rdmalloc $sub" $sub --help
 done
