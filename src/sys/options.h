@@ -53,10 +53,11 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 /*
  * RDMALLOC_* names that are not options: read by rdmalloc's commands
  * (rdmalloc run and info, rdmalloc vm, tools/check-packages), by its build
- * and tests, or the job marker (job.h).  Prefixes, without RDMALLOC_.  Any
- * other RDMALLOC_* name in the environment is warned about
- * (options_unknown.c); tests/check-names-read.sh finds the names the
- * tree reads and wants each to be an option or here.
+ * and tests, or the job marker (job.h), without RDMALLOC_: whole names,
+ * or prefixes where they end in '_'.  Any other RDMALLOC_* name in the
+ * environment is warned about (options_unknown.c);
+ * tests/check-names-read.sh finds the names the tree reads and wants each
+ * to be an option or here.
  */
 #define RDMALLOC_OTHER_NAMES                                                                              \
 	"PRELOAD_LIB", "INFO", "VM_", "BUILD_ROOT", "DEBIAN_MIRROR", "FUZZ_", "E2E_", "JOB_NOTED"

@@ -18,8 +18,9 @@ static const char *const option_names[] = {
 #undef NAME_
 };
 
-/* Read by rdmalloc's commands and tests, or the job marker: not options. */
-static const char *const other_prefixes[] = { RDMALLOC_OTHER_NAMES };
+/* Read by rdmalloc's commands and tests, or the job marker: not options.
+ * An entry ending in '_' is a prefix, any other a whole name. */
+static const char *const other_names[] = { RDMALLOC_OTHER_NAMES };
 
 #define NAME_MAX_ 64 /* longer names are compared by their first 64 bytes */
 
@@ -73,9 +74,11 @@ int rdmalloc_option_known(const char *name)
 	for (size_t i = 0; i < ARRAY_SIZE(option_names); i++)
 		if (!strcmp(name, option_names[i]))
 			return 1;
-	for (size_t i = 0; i < ARRAY_SIZE(other_prefixes); i++)
-		if (!strncmp(name, other_prefixes[i], strlen(other_prefixes[i])))
+	for (size_t i = 0; i < ARRAY_SIZE(other_names); i++) {
+		size_t n = strlen(other_names[i]);
+		if (other_names[i][n - 1] == '_' ? !strncmp(name, other_names[i], n) : !strcmp(name, other_names[i]))
 			return 1;
+	}
 	return 0;
 }
 

@@ -39,6 +39,21 @@ Test(options, sizes)
 	}
 }
 
+/* Names that are not options: whole names, prefixes where they end in '_'
+ * (RDMALLOC_OTHER_NAMES); a name merely starting with a whole one is
+ * warned about like any other. */
+Test(options, other_names_whole_or_prefix)
+{
+	const char *known[] = { "DECAY_MS", "INFO", "PRELOAD_LIB", "JOB_NOTED", "VM_HOSTS", "VM_", "E2E_CHILD",
+				"FUZZ_SECONDS", "DEBIAN_MIRROR" };
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		cr_assert(rdmalloc_option_known(known[i]), "%s not known", known[i]);
+	const char *unknown[] = { "STAT", "INFOS", "INFO_LEVEL", "PRELOAD_LIBS", "JOB_NOTEDX", "VM", "DECAY_MSX",
+				  "DEBIAN_MIRRORS", "" };
+	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
+		cr_assert(!rdmalloc_option_known(unknown[i]), "\"%s\" known", unknown[i]);
+}
+
 Test(options, access_lists)
 {
 	unsigned v;
