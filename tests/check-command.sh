@@ -53,28 +53,41 @@ expect "run --quiet: no device warnings in the job" 0 "^x,no-device,device-passe
 unset RDMALLOC_JOB_NOTED
 # The loader ignores LD_PRELOAD for a program run in secure-execution mode
 # (ld.so(8)): `run` says so, and only for the programs the loader does run
-# without the drop-in.  As root: a set-user-ID copy of cat owned by nobody
-# (warned), a plain copy, a set-user-ID script (the kernel ignores its
-# bits) and a copy given a file capability (root has them all already);
-# as nobody, that copy with the capability (warned).  The truth is what
-# the program maps when run under LD_PRELOAD itself.
+# without the drop-in.  Copies of cat, as root: set-user-ID to nobody and
+# set-group-ID to nobody's group (warned); set-group-ID without group
+# execute, a plain copy, a set-user-ID script (the kernel ignores those
+# bits) and one given a file capability (root has them all already); as
+# nobody, that one and a symlink to it (warned).  The truth is what the
+# program maps when run under LD_PRELOAD itself; where the set-user-ID copy
+# maps the drop-in all the same (a nosuid /tmp, no_new_privs), this
+# machine cannot show it.
 if [ "$(id -u)" = 0 ] && d=$(mktemp -d); then
 	chmod 755 "$d"
+	ng=$(id -g nobody)
 	cp "$cmd" "$d/rdmalloc" && cp "$RDMALLOC_PRELOAD_LIB" "$d/librdmalloc-preload.so"
 	cp /bin/cat "$d/suid" && chown nobody "$d/suid" && chmod 4755 "$d/suid"
+	cp /bin/cat "$d/sgid" && chgrp "$ng" "$d/sgid" && chmod 2755 "$d/sgid"
+	cp /bin/cat "$d/sgid-nox" && chgrp "$ng" "$d/sgid-nox" && chmod 2705 "$d/sgid-nox"
 	cp /bin/cat "$d/plain"
 	printf '#!/bin/sh\ncat /proc/self/maps\n' >"$d/script" && chown nobody "$d/script" && chmod 4755 "$d/script"
-	cases="root:suid:set-user-ID root:plain:any root:script:any"
+	cases="root:suid:set-user-ID root:sgid:set-group-ID root:sgid-nox:any root:plain:any root:script:any"
 	command -v setcap >/dev/null && cp /bin/cat "$d/caps" && setcap cap_net_raw+ep "$d/caps" &&
-		cases="$cases root:caps:any nobody:caps:given.file.capabilities"
-	as() { if [ "$who" = root ]; then env "$@"; else setpriv --reuid=nobody --regid=nogroup --clear-groups env "$@"; fi; }
+		ln -s caps "$d/capslink" &&
+		cases="$cases root:caps:any nobody:caps:given.file.capabilities nobody:capslink:given.file.capabilities"
+	as() { if [ "$who" = root ]; then env "$@"; else setpriv --reuid=nobody --regid="$ng" --clear-groups env "$@"; fi; }
+	mapped() { as LD_PRELOAD="$d/librdmalloc-preload.so" "$d/$1" /proc/self/maps 2>/dev/null | grep -c librdmalloc-preload; }
+	who=root
+	if [ "$(mapped suid)" != 0 ]; then
+		echo "skip run: secure-execution warning (set-user-ID programs do not run in secure-execution mode here)"
+		cases=
+	fi
 	for c in $cases; do
 		who=${c%%:*} p=${c#*:} what=${c##*:}
 		p=${p%%:*}
 		[ "$what" = any ] && what='.*' # want none: no warning of any kind
-		loaded=$(as LD_PRELOAD="$d/librdmalloc-preload.so" "$d/$p" /proc/self/maps 2>/dev/null | grep -c librdmalloc-preload)
+		loaded=$(mapped "$p")
 		warned=$(as RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/$p" /proc/self/maps 2>&1 >/dev/null |
-			grep -c "'$d/$p' is $what: the loader runs it without the drop-in")
+			grep -c "'$d/$p' is $what: the loader runs it")
 		want=$([ "$loaded" = 0 ] && echo 1 || echo 0)
 		if [ "$warned" = "$want" ]; then
 			echo "ok run: secure-execution warning, $p as $who ($warned; drop-in mapped: $loaded)"
@@ -84,6 +97,20 @@ if [ "$(id -u)" = 0 ] && d=$(mktemp -d); then
 			failed=$((failed + 1))
 		fi
 	done
+	# What it starts gets no LD_PRELOAD from it: the loader took it out.
+	if [ -n "$cases" ]; then
+		cp /usr/bin/env "$d/suidenv" && chown nobody "$d/suidenv" && chmod 4755 "$d/suidenv"
+		cp /usr/bin/env "$d/plainenv"
+		n=$(RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/suidenv" 2>/dev/null | grep -c '^LD_PRELOAD=')
+		m=$(RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/plainenv" 2>/dev/null | grep -c '^LD_PRELOAD=')
+		if [ "$n $m" = "0 1" ]; then
+			echo "ok run: a set-user-ID program passes no LD_PRELOAD on (a plain one does)"
+			passed=$((passed + 1))
+		else
+			echo "FAIL run: LD_PRELOAD lines in the environment passed on: set-user-ID $n, plain $m (want 0 and 1)"
+			failed=$((failed + 1))
+		fi
+	fi
 	rm -rf "$d"
 else
 	echo "skip run: secure-execution warning (making a set-user-ID program of another user needs root)"
