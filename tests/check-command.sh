@@ -27,6 +27,16 @@ expect() {
 	fi
 }
 lines() { "$cmd" "$@" 2>&1 | wc -l; }
+# verdict NAME GOT WANT [DETAIL]: ok when GOT is WANT.
+verdict() {
+	if [ "$2" = "$3" ]; then
+		echo "ok $1${4:+ ($4)}"
+		passed=$((passed + 1))
+	else
+		echo "FAIL $1: got $2, want $3${4:+ ($4)}"
+		failed=$((failed + 1))
+	fi
+}
 
 expect "unknown command: one line, exit 2" 2 "^rdmalloc: unknown command 'frobnicate'" frobnicate
 [ "$(lines frobnicate)" = 1 ] && passed=$((passed + 1)) || { echo "FAIL unknown command: not one line"; failed=$((failed + 1)); }
@@ -88,14 +98,8 @@ if [ "$(id -u)" = 0 ] && d=$(mktemp -d); then
 		loaded=$(mapped "$p")
 		warned=$(as RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/$p" /proc/self/maps 2>&1 >/dev/null |
 			grep -c "'$d/$p' is $what: the loader runs it")
-		want=$([ "$loaded" = 0 ] && echo 1 || echo 0)
-		if [ "$warned" = "$want" ]; then
-			echo "ok run: secure-execution warning, $p as $who ($warned; drop-in mapped: $loaded)"
-			passed=$((passed + 1))
-		else
-			echo "FAIL run: secure-execution warning, $p as $who: $warned, want $want (drop-in mapped: $loaded)"
-			failed=$((failed + 1))
-		fi
+		verdict "run: secure-execution warnings, $p as $who" "$warned" "$([ "$loaded" = 0 ] && echo 1 || echo 0)" \
+			"drop-in mapped: $loaded"
 	done
 	# What it starts gets no LD_PRELOAD from it: the loader took it out.
 	if [ -n "$cases" ]; then
@@ -103,13 +107,7 @@ if [ "$(id -u)" = 0 ] && d=$(mktemp -d); then
 		cp /usr/bin/env "$d/plainenv"
 		n=$(RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/suidenv" 2>/dev/null | grep -c '^LD_PRELOAD=')
 		m=$(RDMALLOC_PRELOAD_LIB="$d/librdmalloc-preload.so" "$d/rdmalloc" run -- "$d/plainenv" 2>/dev/null | grep -c '^LD_PRELOAD=')
-		if [ "$n $m" = "0 1" ]; then
-			echo "ok run: a set-user-ID program passes no LD_PRELOAD on (a plain one does)"
-			passed=$((passed + 1))
-		else
-			echo "FAIL run: LD_PRELOAD lines in the environment passed on: set-user-ID $n, plain $m (want 0 and 1)"
-			failed=$((failed + 1))
-		fi
+		verdict "run: LD_PRELOAD lines a set-user-ID env and a plain one pass on" "$n $m" "0 1"
 	fi
 	rm -rf "$d"
 else
