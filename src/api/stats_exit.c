@@ -17,6 +17,7 @@
 #include "log.h"
 #include "options.h"
 #include "rdma_malloc.h"
+#include "sigpipe.h"
 
 static int stderr_copy = -1;
 
@@ -83,11 +84,16 @@ static void print_at_exit(void)
 	static char buf[16384];
 	if (out)
 		setvbuf(out, buf, _IOFBF, sizeof(buf));
+	/* Stats to a stderr with no reader left must not turn the program's
+	 * own exit status into a death by SIGPIPE (sigpipe.h). */
+	struct rdmalloc_sigpipe_hold h;
+	rdmalloc_sigpipe_hold(&h);
 	int err = rdma_malloc_stats_print(out ? out : stderr, format);
-	if (err)
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", strerror(err));
 	if (out)
 		fclose(out);
+	rdmalloc_sigpipe_release(&h);
+	if (err)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", strerror(err));
 }
 
 void rdmalloc_stats_at_exit(void)

@@ -2,10 +2,13 @@
 /* log.c - messages to stderr, filtered by RDMALLOC_LOG_LEVEL. */
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "sigpipe.h"
 
 static atomic_int log_level = RDMALLOC_LOG_WARN;
 
@@ -35,9 +38,16 @@ static void vlog(int level, const char *fmt, va_list ap)
 		len = sizeof(buf) - 2;
 	buf[len++] = '\n';
 	/* One write so lines of concurrent threads do not interleave; a failed
-	 * write to stderr has nowhere else to be reported. */
+	 * write to stderr has nowhere else to be reported, and a stderr with
+	 * no reader left must not kill the program (sigpipe.h).  The caller's
+	 * errno is kept. */
+	int saved = errno;
+	struct rdmalloc_sigpipe_hold h;
+	rdmalloc_sigpipe_hold(&h);
 	ssize_t w = write(STDERR_FILENO, buf, len);
 	(void)w;
+	rdmalloc_sigpipe_release(&h);
+	errno = saved;
 }
 
 void rdmalloc_log(int level, const char *fmt, ...)

@@ -5,6 +5,8 @@
 
 #include <stdatomic.h>
 
+#include "compiler.h"
+
 enum rdmalloc_log_level {
 	RDMALLOC_LOG_NONE = 0,
 	RDMALLOC_LOG_ERROR,
@@ -18,8 +20,9 @@ void rdmalloc_log_set_level(int level);
 int rdmalloc_log_level(void);
 
 /* Writes "rdmalloc: <level>: <message>\n" with one write(2); never allocates
- * from rdmalloc, so it is safe inside extent hooks. */
-void rdmalloc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ * from rdmalloc, so it is safe inside extent hooks.  Keeps errno, and never
+ * raises SIGPIPE at the program (sigpipe.h). */
+RDMALLOC_TESTABLE void rdmalloc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A decision worth knowing (chunk made or given back, reserve hit or miss,
  * an ibv_reg_mr elided or passed on, and why), at RDMALLOC_LOG_LEVEL=debug;

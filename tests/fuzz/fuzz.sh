@@ -24,7 +24,7 @@ fi
 mkdir -p "$out/corpus"
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-include "$src/tests/fuzz/quiet_write.h" -I"$src/include" -I"$src/src/sys" \
-	"$src/tests/fuzz/fuzz_options.c" "$src/src/sys/options.c" "$src/src/sys/log.c" -o "$out/fuzz_options"
+	"$src/tests/fuzz/fuzz_options.c" "$src/src/sys/options.c" "$src/src/sys/log.c" "$src/src/sys/sigpipe.c" -o "$out/fuzz_options"
 cd "$out"
 rm -f crash-* leak-* timeout-* oom-* fuzz-*.log
 # -fork: independent jobs on both cores, each restarted after a finding is

@@ -9,10 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "counters.h"
 #include "fake_verbs.h"
+#include "log.h"
 #include "options.h"
 #include "own_stack.h"
 #include "reserve.h"
@@ -396,4 +399,53 @@ Test(stats, printers)
 	RDMA_MALLOC_STATS_FIELDS(CHECK_TEXT_)
 	free(buf);
 	rdma_free(p);
+}
+
+/* A message to a stderr with no reader left (`prog 2>&1 | head`, a log
+ * collector gone): the write's SIGPIPE must not kill the program, which
+ * never asked for the message (src/sys/sigpipe.h).  The caller's errno and
+ * signal mask are kept; a SIGPIPE the program had pending stays pending. */
+static int log_to_nobody(void)
+{
+	int fds[2], saved = dup(STDERR_FILENO);
+	cr_assert(saved >= 0 && pipe(fds) == 0);
+	close(fds[0]);
+	dup2(fds[1], STDERR_FILENO);
+	close(fds[1]);
+	errno = ENOMEM;
+	rdmalloc_log(RDMALLOC_LOG_ERROR, "to nobody");
+	int err = errno;
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	return err;
+}
+
+static int pipe_pending(void)
+{
+	sigset_t p;
+	sigpending(&p);
+	return sigismember(&p, SIGPIPE);
+}
+
+Test(log, stderr_without_reader_neither_kills_nor_changes_errno)
+{
+	sigset_t before, after, pipe_set;
+	cr_assert_eq(signal(SIGPIPE, SIG_DFL), SIG_DFL, "the test wants SIGPIPE's default action: death");
+	pthread_sigmask(SIG_SETMASK, NULL, &before);
+	cr_assert_eq(log_to_nobody(), ENOMEM, "errno changed");
+	pthread_sigmask(SIG_SETMASK, NULL, &after);
+	cr_assert_eq(sigismember(&after, SIGPIPE), sigismember(&before, SIGPIPE), "the signal mask changed");
+	cr_assert(!pipe_pending(), "a SIGPIPE of ours left pending");
+
+	/* The program's own SIGPIPE, blocked and pending, is left to it. */
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+	raise(SIGPIPE);
+	cr_assert(pipe_pending());
+	cr_assert_eq(log_to_nobody(), ENOMEM);
+	cr_assert(pipe_pending(), "the program's pending SIGPIPE was taken");
+	const struct timespec now = { 0, 0 };
+	cr_assert_eq(sigtimedwait(&pipe_set, NULL, &now), SIGPIPE);
+	pthread_sigmask(SIG_SETMASK, &before, NULL);
 }

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* sigpipe.c - writes of ours that cannot kill the program (sigpipe.h). */
+#include "sigpipe.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
+static int pipe_pending(void)
+{
+	sigset_t pending;
+	return !sigpending(&pending) && sigismember(&pending, SIGPIPE) == 1;
+}
+
+void rdmalloc_sigpipe_hold(struct rdmalloc_sigpipe_hold *h)
+{
+	sigset_t pipe;
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	h->was_pending = pipe_pending();
+	pthread_sigmask(SIG_BLOCK, &pipe, &h->old);
+}
+
+void rdmalloc_sigpipe_release(struct rdmalloc_sigpipe_hold *h)
+{
+	int saved = errno;
+	/* A write to a pipe raises SIGPIPE at its thread, pending here while
+	 * blocked: take it back before the old mask would deliver it. */
+	if (!h->was_pending && pipe_pending()) {
+		sigset_t pipe;
+		sigemptyset(&pipe);
+		sigaddset(&pipe, SIGPIPE);
+		const struct timespec now = { 0, 0 };
+		while (sigtimedwait(&pipe, NULL, &now) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &h->old, NULL);
+	errno = saved;
+}
