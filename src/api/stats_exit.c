@@ -89,9 +89,10 @@ static void print_at_exit(void)
 	struct rdmalloc_sigpipe_hold h;
 	rdmalloc_sigpipe_hold(&h);
 	int err = rdma_malloc_stats_print(out ? out : stderr, format);
-	if (out)
-		fclose(out);
-	rdmalloc_sigpipe_release(&h);
+	int raised = err == EPIPE;
+	if (out && fclose(out) == EOF && errno == EPIPE)
+		raised = 1;
+	rdmalloc_sigpipe_release(&h, raised);
 	if (err)
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", strerror(err));
 }

@@ -45,8 +45,7 @@ static void vlog(int level, const char *fmt, va_list ap)
 	struct rdmalloc_sigpipe_hold h;
 	rdmalloc_sigpipe_hold(&h);
 	ssize_t w = write(STDERR_FILENO, buf, len);
-	(void)w;
-	rdmalloc_sigpipe_release(&h);
+	rdmalloc_sigpipe_release(&h, w < 0 && errno == EPIPE);
 	errno = saved;
 }
 

@@ -21,12 +21,13 @@ void rdmalloc_sigpipe_hold(struct rdmalloc_sigpipe_hold *h)
 	pthread_sigmask(SIG_BLOCK, &pipe, &h->old);
 }
 
-void rdmalloc_sigpipe_release(struct rdmalloc_sigpipe_hold *h)
+void rdmalloc_sigpipe_release(struct rdmalloc_sigpipe_hold *h, int raised)
 {
 	int saved = errno;
 	/* A write to a pipe raises SIGPIPE at its thread, pending here while
-	 * blocked: take it back before the old mask would deliver it. */
-	if (!h->was_pending && pipe_pending()) {
+	 * blocked: take it back before the old mask would deliver it.  Only
+	 * then: a SIGPIPE sent to the process meanwhile is the program's. */
+	if (raised && !h->was_pending && pipe_pending()) {
 		sigset_t pipe;
 		sigemptyset(&pipe);
 		sigaddset(&pipe, SIGPIPE);

@@ -6,10 +6,11 @@
  * A program whose standard error is a pipe with no reader left (`prog 2>&1
  * | head`, a log collector that went away) would die of a message it never
  * asked for, or of the stats at exit, its own exit status replaced by 141.
- * Between hold and release SIGPIPE is blocked in the calling thread; one
- * raised meanwhile (a write that failed with EPIPE) is taken back at the
- * release, one that was pending before is left to the program.
- * Async-signal-safe; the calling thread's signal mask is restored.
+ * Between hold and release SIGPIPE is blocked in the calling thread; the
+ * one a write of ours raised (it failed with EPIPE) is taken back at the
+ * release, unless one was pending before (signals of a kind do not queue:
+ * the program's stays).  Async-signal-safe; the calling thread's signal
+ * mask and errno are restored.
  */
 #ifndef RDMALLOC_SIGPIPE_H
 #define RDMALLOC_SIGPIPE_H
@@ -22,6 +23,7 @@ struct rdmalloc_sigpipe_hold {
 };
 
 void rdmalloc_sigpipe_hold(struct rdmalloc_sigpipe_hold *h);
-void rdmalloc_sigpipe_release(struct rdmalloc_sigpipe_hold *h);
+/* @raised: a write between hold and release failed with EPIPE. */
+void rdmalloc_sigpipe_release(struct rdmalloc_sigpipe_hold *h, int raised);
 
 #endif
