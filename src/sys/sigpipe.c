@@ -6,6 +6,12 @@
 #include <pthread.h>
 #include <time.h>
 
+static void only_pipe(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGPIPE);
+}
+
 static int pipe_pending(void)
 {
 	sigset_t pending;
@@ -15,8 +21,7 @@ static int pipe_pending(void)
 void rdmalloc_sigpipe_hold(struct rdmalloc_sigpipe_hold *h)
 {
 	sigset_t pipe;
-	sigemptyset(&pipe);
-	sigaddset(&pipe, SIGPIPE);
+	only_pipe(&pipe);
 	h->was_pending = pipe_pending();
 	pthread_sigmask(SIG_BLOCK, &pipe, &h->old);
 }
@@ -29,8 +34,7 @@ void rdmalloc_sigpipe_release(struct rdmalloc_sigpipe_hold *h, int raised)
 	 * then: a SIGPIPE sent to the process meanwhile is the program's. */
 	if (raised && !h->was_pending && pipe_pending()) {
 		sigset_t pipe;
-		sigemptyset(&pipe);
-		sigaddset(&pipe, SIGPIPE);
+		only_pipe(&pipe);
 		const struct timespec now = { 0, 0 };
 		while (sigtimedwait(&pipe, NULL, &now) < 0 && errno == EINTR)
 			;
