@@ -35,8 +35,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "big.h"
 #include "calls.h"
@@ -461,6 +463,51 @@ RDMALLOC_TESTABLE unsigned rdmalloc_heap_live_caches(void)
 		n += tc_idle[tc].live;
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
 	return n;
+}
+
+/* A line to @fd, formatted; for the crash report below (no locks, no
+ * allocation: snprintf and write). */
+static void dump_line(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void dump_line(int fd, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		(void)!write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+/* Racy reads on purpose (a dying process, no locks): not ThreadSanitizer's
+ * business. */
+__attribute__((no_sanitize("thread"))) RDMALLOC_TESTABLE void rdmalloc_heap_caches_dump(int fd)
+{
+	static const char *const slot_names[] = { "unknown", "a cache", "flushed", "a free id" };
+	unsigned top = tc_top < TC_MAX ? tc_top : TC_MAX;
+	dump_line(fd, "thread caches: ids below %u; this thread's:", top);
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
+		if (tl[i].gen)
+			dump_line(fd, " heap %u gen %u %s %u;", i, tl[i].gen,
+				  tl[i].tcflag == MALLOCX_TCACHE_NONE ? "uncached" : "id", tcache_id(tl[i].tcflag));
+	dump_line(fd, "\n");
+	for (unsigned tc = 0; tc < top; tc++) {
+		void *v;
+		int slot = rdmalloc_heap_je_cache_slot(tc, &v);
+		int ours = tc_owner[tc] != 0 || tc_idle[tc].live;
+		/* What the report is for: a cache of ours that jemalloc has as
+		 * a free id, or the reverse; a cache whose first word (its
+		 * tcache_slow) is zero. */
+		int odd = slot != RDMALLOC_JE_SLOT_UNKNOWN && ours != (slot != RDMALLOC_JE_SLOT_FREE);
+		void *head = slot == RDMALLOC_JE_SLOT_CACHE ? *(void *volatile *)v : NULL;
+		int zeroed = slot == RDMALLOC_JE_SLOT_CACHE && !head;
+		if (!ours && !odd && !zeroed)
+			continue;
+		dump_line(fd, "  id %u: owner gen %u, live %d, seq %u, flush %d; jemalloc: %s %p (first word %p)%s%s\n",
+			  tc, tc_owner[tc], tc_idle[tc].live, atomic_load_explicit(&tc_sync[tc].s.seq, memory_order_relaxed),
+			  atomic_load_explicit(&tc_sync[tc].s.flush, memory_order_relaxed), slot_names[slot], v, head,
+			  odd ? "  <-- MISMATCH" : "", zeroed ? "  <-- ZEROED" : "");
+	}
 }
 
 RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)

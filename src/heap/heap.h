@@ -143,6 +143,11 @@ void rdmalloc_heap_check_live(const struct rdmalloc_chunk *c, const void *p, con
 RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now);
 /* Test-only: the explicit caches threads hold now, every heap's. */
 RDMALLOC_TESTABLE unsigned rdmalloc_heap_live_caches(void);
+/* For the tests' crash reports: the calling thread's caches, then every
+ * cache id as this file and jemalloc see it, to @fd; an id the two
+ * disagree on is marked, and a cache whose header is zero.  No locks: for
+ * a process that is dying. */
+RDMALLOC_TESTABLE void rdmalloc_heap_caches_dump(int fd);
 /* In a fork child, no lock taken: forget every cache made before the fork
  * (jemalloc cannot flush or destroy those in a child, heap.c says why);
  * the child's threads make new ones. */

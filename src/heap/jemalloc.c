@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,36 @@ void rdmalloc_probe_free(void *p)
 {
 	je_free(p);
 }
+
+#ifdef RDMALLOC_FAULT_INJECTION
+/* jemalloc 5.3's table of explicit caches (its tcache.c): MALLOCX_TCACHE_MAX
+ * + 1 slots, each a cache, 0x1 (flushed), or once destroyed a link of the
+ * list of free ids (NULL at its end). */
+extern void **je_tcaches;
+#define JE_TCACHE_SLOTS 4094
+
+int rdmalloc_heap_je_cache_slot(unsigned id, void **value)
+{
+	void **t = __atomic_load_n(&je_tcaches, __ATOMIC_ACQUIRE);
+	*value = NULL;
+	if (!t || id >= JE_TCACHE_SLOTS)
+		return RDMALLOC_JE_SLOT_UNKNOWN;
+	void *v = __atomic_load_n(&t[id], __ATOMIC_RELAXED);
+	*value = v;
+	if (v == (void *)1)
+		return RDMALLOC_JE_SLOT_FLUSHED;
+	if (!v || ((uintptr_t)v >= (uintptr_t)t && (uintptr_t)v < (uintptr_t)(t + JE_TCACHE_SLOTS)))
+		return RDMALLOC_JE_SLOT_FREE;
+	return RDMALLOC_JE_SLOT_CACHE;
+}
+#else
+int rdmalloc_heap_je_cache_slot(unsigned id, void **value)
+{
+	(void)id;
+	*value = NULL;
+	return RDMALLOC_JE_SLOT_UNKNOWN;
+}
+#endif
 
 /* "thread.arena" by its MIB: every new thread of the drop-in is bound on its
  * first allocation, and a lookup by name walks the ctl tree. */

@@ -35,6 +35,16 @@ int rdmalloc_heap_thread_cache_on(void);
 /* mallctl of "arena.<@arena>.<@what>": 0 or errno. */
 int rdmalloc_arena_ctl(unsigned arena, const char *what, void *oldp, size_t *oldlen, void *newp, size_t newlen);
 
+/* For the tests' crash reports: what jemalloc's table of explicit caches
+ * holds for cache @id, in *@value: RDMALLOC_JE_SLOT_CACHE (a cache),
+ * _FLUSHED (flushed: jemalloc makes it again at its next use), _FREE (the id
+ * is on jemalloc's list of free ids: a link into the table, or NULL), or
+ * _UNKNOWN (no table yet, or a build without the fault-injection hooks:
+ * the table is jemalloc 5.3's own, read only there).  Racy, lock-free: for
+ * a process that is dying. */
+enum { RDMALLOC_JE_SLOT_UNKNOWN, RDMALLOC_JE_SLOT_CACHE, RDMALLOC_JE_SLOT_FLUSHED, RDMALLOC_JE_SLOT_FREE };
+int rdmalloc_heap_je_cache_slot(unsigned id, void **value);
+
 /* For the tests: whether the key that marks a thread ended runs its
  * destructor before jemalloc's (a lower index: glibc runs them in order). */
 RDMALLOC_TESTABLE int rdmalloc_heap_ending_key_first(void);

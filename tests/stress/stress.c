@@ -17,14 +17,17 @@
  * block intact, and every other invariant still holds.
  */
 #include <errno.h>
+#include <execinfo.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chunk.h"
 #include "fake_verbs.h"
@@ -256,6 +259,66 @@ static void *flusher(void *arg)
 	return NULL;
 }
 
+/* A crash says how the thread caches stood (the rare one this program
+ * once met: a worker's jemalloc thread cache read as zeros) and where it
+ * was, then dies of its signal as before.  Under a sanitizer, whose report
+ * of a fault says more than ours, after its report (its death callback);
+ * aborts, which it does not report, here. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifdef SANITIZED
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+static void dump_caches(const char *what)
+{
+	char m[160];
+	int n = snprintf(m, sizeof(m), "stress: %s in thread %ld; the thread caches:\n", what, (long)gettid());
+	(void)!write(2, m, (size_t)n);
+	rdmalloc_heap_caches_dump(2);
+}
+
+static void crashed(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	char what[64];
+	if (sig == SIGSEGV || sig == SIGBUS)
+		snprintf(what, sizeof(what), "signal %d (address %p)", sig, si->si_addr);
+	else
+		snprintf(what, sizeof(what), "signal %d", sig);
+	dump_caches(what);
+	void *bt[64];
+	backtrace_symbols_fd(bt, backtrace(bt, 64), 2);
+	raise(sig); /* SA_RESETHAND: the default action now */
+}
+
+#ifdef SANITIZED
+static void sanitizer_died(void)
+{
+	dump_caches("the sanitizer's report above");
+}
+#endif
+
+static void report_crashes(void)
+{
+	void *bt[1];
+	backtrace(bt, 1); /* loads the unwinder now, not in the handler */
+	struct sigaction sa = { .sa_sigaction = crashed, .sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGABRT, &sa, NULL);
+#ifdef SANITIZED
+	__sanitizer_set_death_callback(sanitizer_died);
+#else
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGBUS, &sa, NULL);
+#endif
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -268,6 +331,7 @@ int main(int argc, char **argv)
 	double seconds = argc > 1 ? atof(argv[1]) : 5;
 	int nthreads = argc > 2 ? atoi(argv[2]) : 8;
 	faults = argc > 3 && !strcmp(argv[3], "faults");
+	report_crashes();
 	setenv("RDMALLOC_REG_THREADS", "4", 0); /* the crew's workers, however few the CPUs */
 	fake_verbs_install(1);
 #ifdef RDMALLOC_FAULT_INJECTION
