@@ -241,8 +241,14 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
 {
 	*started = 0;
 	_Atomic(thread_fn) *slot = entry_of(fn);
+	/* Every signal blocked but the faults a thread raises itself: blocked,
+	 * a fault would kill the process at once and in silence, past every
+	 * handler (a sanitizer's report, the program's crash reporter). */
 	sigset_t all, old;
 	sigfillset(&all);
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
+	for (unsigned i = 0; i < sizeof faults / sizeof faults[0]; i++)
+		sigdelset(&all, faults[i]);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_t attr;
 	int err = pthread_attr_init(&attr);

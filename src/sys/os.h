@@ -55,7 +55,9 @@ int rdmalloc_os_barrier_all_threads(void);
  * Start @n detached threads running @fn(NULL), stopping at the first that
  * cannot start: 0 or its errno; *@started counts those that did.  They
  * start with every signal blocked (signals are the program's threads'
- * business) and a stack of @stack bytes: without a size of our own glibc
+ * business) but the faults a thread raises itself (SIGSEGV, SIGBUS,
+ * SIGILL, SIGFPE, SIGTRAP, SIGSYS: blocked, they would kill the process
+ * past every handler, in silence), and a stack of @stack bytes: without a size of our own glibc
  * takes its default-attribute lock, which the calling thread may hold
  * already (it allocates inside pthread_getattr_default_np's copy).  They
  * serve the process, so each first moves itself to the scheduling policy,

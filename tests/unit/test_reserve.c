@@ -678,6 +678,47 @@ Test(reserve, the_thread_keeps_the_cpus_of_the_process_at_load_once_main_pins_it
 	rdma_free(p);
 }
 
+/* The signals thread @tid blocks (its SigBlk in /proc), or ~0 if unread. */
+static unsigned long long signals_blocked(pid_t tid)
+{
+	char path[64], line[128];
+	snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+	FILE *f = fopen(path, "r");
+	unsigned long long mask = ~0ull;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "SigBlk: %llx", &mask) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return mask;
+}
+
+/* The thread keeps the program's signals away from itself (a handler of
+ * the program's must not run on it), but not the faults it may raise
+ * itself: blocked, a fault kills the process at once and in silence, past
+ * every handler (a sanitizer's report, a program's crash reporter); the
+ * stress test once died so, with nothing said. */
+Test(reserve, the_thread_blocks_the_programs_signals_not_its_own_faults)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 64 * KiB); /* its heap's first growth: the thread starts */
+	cr_assert(p);
+	pid_t tid = thread_named_wait("rdmalloc-reserv");
+	cr_assert(tid, "no rdmalloc-reserv thread after 5 s");
+	unsigned long long m = signals_blocked(tid);
+	cr_assert_neq(m, ~0ull, "no SigBlk for thread %d", (int)tid);
+	static const int program_s[] = { SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGUSR1, SIGALRM };
+	for (size_t i = 0; i < sizeof program_s / sizeof program_s[0]; i++)
+		cr_expect(m >> (program_s[i] - 1) & 1, "signal %d (%s) is not blocked: the program's handler may run on "
+			  "rdmalloc's thread", program_s[i], strsignal(program_s[i]));
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
+	for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+		cr_expect(!(m >> (faults[i] - 1) & 1), "signal %d (%s) is blocked: a fault on rdmalloc's thread would "
+			  "kill the process silently", faults[i], strsignal(faults[i]));
+	rdma_free(p);
+}
+
 /* A process started under SCHED_BATCH (or SCHED_IDLE, which thread
  * attributes cannot carry): the thread runs under it too, on the CPUs at
  * load, though a SCHED_OTHER thread pinned to one CPU started it. */
