@@ -57,9 +57,10 @@ int rdmalloc_os_barrier_all_threads(void);
  * start with every signal blocked (signals are the program's threads'
  * business) but the faults a thread raises itself (SIGSEGV, SIGBUS,
  * SIGILL, SIGFPE, SIGTRAP, SIGSYS: blocked, they would kill the process
- * past every handler, in silence), and a stack of @stack bytes: without a size of our own glibc
- * takes its default-attribute lock, which the calling thread may hold
- * already (it allocates inside pthread_getattr_default_np's copy).  They
+ * past every handler, in silence), and a stack of @stack bytes: without a
+ * size of our own glibc takes its default-attribute lock, which the
+ * calling thread may hold already (it allocates inside
+ * pthread_getattr_default_np's copy).  They
  * serve the process, so each first moves itself to the scheduling policy,
  * priority, nice value and CPUs the process had when this library was
  * loaded, not the calling thread's (a data-path thread pinned to one CPU
