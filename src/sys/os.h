@@ -60,15 +60,14 @@ int rdmalloc_os_barrier_all_threads(void);
  * past every handler, in silence), and a stack of @stack bytes: without a
  * size of our own glibc takes its default-attribute lock, which the
  * calling thread may hold already (it allocates inside
- * pthread_getattr_default_np's copy).  They
- * serve the process, so each first moves itself to the scheduling policy,
- * priority, nice value and CPUs the process had when this library was
- * loaded, not the calling thread's (a data-path thread pinned to one CPU
- * under SCHED_FIFO or at nice 19, maybe the main thread pinned since); a
- * part the kernel refuses stays as inherited, logged once and counted in
- * fallbacks.  Nothing is allocated
- * here (a fork meanwhile finds no allocator lock of ours taken).  Never
- * from a hook or with a lock of ours held.
+ * pthread_getattr_default_np's copy).  They serve the process, so each
+ * first moves itself to the scheduling policy, priority, nice value and
+ * CPUs the process had when this library was loaded, not the calling
+ * thread's (a data-path thread pinned to one CPU under SCHED_FIFO or at
+ * nice 19, maybe the main thread pinned since); a part the kernel refuses
+ * stays as inherited, logged once and counted in fallbacks.  Nothing is
+ * allocated here (a fork meanwhile finds no allocator lock of ours taken).
+ * Never from a hook or with a lock of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
 /* Note the calling thread's placement as the process's at load (the
