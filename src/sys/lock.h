@@ -33,7 +33,8 @@
 	X(LOOKUPS, INNER, "the per-thread lookup counters' slots")                            \
 	X(ELIDED, INNER, "the drop-in's elided-region records and its PD entries")           \
 	X(NEST, INNER, "the drop-in's allocator for code running inside an extent hook")     \
-	X(CREW, INNER, "the registration crew's queue of jobs and its parts under way")
+	X(CREW, INNER, "the registration crew's queue of jobs and its parts under way")     \
+	X(MAPS, INNER, "test builds: the library's own mappings (maptrack.h)")
 
 enum rdmalloc_lock_id {
 #define RDMALLOC_LOCK_ID_(id, group, what) RDMALLOC_LOCK_##id,

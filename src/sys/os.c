@@ -22,6 +22,7 @@
 #include "counters.h"
 #include "fault.h"
 #include "log.h"
+#include "maptrack.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
@@ -36,7 +37,16 @@
 static void *map(size_t len, int flags)
 {
 	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
-	return m == MAP_FAILED ? NULL : m;
+	if (m == MAP_FAILED)
+		return NULL;
+	rdmalloc_maps_add(m, len);
+	return m;
+}
+
+static void unmap(void *p, size_t len)
+{
+	rdmalloc_maps_check(p, len, "munmap", 1);
+	munmap(p, len);
 }
 
 void *rdmalloc_os_map(size_t len)
@@ -76,25 +86,31 @@ void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages p
 		return m;
 	char *p = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
 	if (p > m)
-		munmap(m, (size_t)(p - m));
+		unmap(m, (size_t)(p - m));
 	if (m + len + extra > p + len)
-		munmap(p + len, (size_t)(m + len + extra - (p + len)));
+		unmap(p + len, (size_t)(m + len + extra - (p + len)));
 	return p;
 }
 
 void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len)
 {
+	rdmalloc_maps_check(old, old_len, "mremap", 0);
 	void *m = mremap(old, old_len, new_len, MREMAP_MAYMOVE);
-	return m == MAP_FAILED ? NULL : m;
+	if (m == MAP_FAILED)
+		return NULL;
+	rdmalloc_maps_check(old, old_len, "mremap", 1);
+	rdmalloc_maps_add(m, new_len);
+	return m;
 }
 
 void rdmalloc_os_unmap(void *p, size_t len)
 {
-	munmap(p, len);
+	unmap(p, len);
 }
 
 int rdmalloc_os_dontneed(void *p, size_t len)
 {
+	rdmalloc_maps_check(p, len, "MADV_DONTNEED", 0);
 	return madvise(p, len, MADV_DONTNEED) ? errno : 0;
 }
 

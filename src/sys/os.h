@@ -10,7 +10,7 @@
 #include "compiler.h"
 
 /* Anonymous read-write memory of @len bytes: NULL with errno. */
-void *rdmalloc_os_map(size_t len);
+RDMALLOC_TESTABLE void *rdmalloc_os_map(size_t len);
 /* The same as address space only (MAP_NORESERVE): pages count as touched. */
 void *rdmalloc_os_reserve(size_t len);
 
@@ -30,9 +30,9 @@ void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages p
 /* Grow or shrink a mapping of rdmalloc_os_map(), maybe moving it: NULL
  * with errno (the old one is then intact). */
 void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len);
-void rdmalloc_os_unmap(void *p, size_t len);
+RDMALLOC_TESTABLE void rdmalloc_os_unmap(void *p, size_t len);
 /* Give the pages of [p, p+len) back (MADV_DONTNEED): 0 or errno. */
-int rdmalloc_os_dontneed(void *p, size_t len);
+RDMALLOC_TESTABLE int rdmalloc_os_dontneed(void *p, size_t len);
 /* Fault the pages of [p, p+len) in, writable, as a registration would
  * (MADV_POPULATE_WRITE, Linux 5.14): 0 or errno (EINVAL: no such advice
  * here; ENOMEM, EFAULT: what a registration would have met). */
