@@ -94,11 +94,16 @@ void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages p
 
 void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len)
 {
-	rdmalloc_maps_check(old, old_len, "mremap", 0);
-	void *m = mremap(old, old_len, new_len, MREMAP_MAYMOVE);
-	if (m == MAP_FAILED)
-		return NULL;
+	/* Forgotten before the call: once it returns, the old range may be
+	 * another thread's new mapping already. */
 	rdmalloc_maps_check(old, old_len, "mremap", 1);
+	void *m = mremap(old, old_len, new_len, MREMAP_MAYMOVE);
+	if (m == MAP_FAILED) {
+		int e = errno;
+		rdmalloc_maps_add(old, old_len);
+		errno = e;
+		return NULL;
+	}
 	rdmalloc_maps_add(m, new_len);
 	return m;
 }
