@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "compiler.h"
 #include "lock.h"
 #include "log.h"
 
@@ -21,6 +22,13 @@ static struct {
 	uintptr_t lo, hi;
 } maps[MAPS_MAX];
 static size_t nmaps;
+
+/* The pages [@lo, @hi) that [@p, +@len) touches. */
+static void pages_of(const void *p, size_t len, uintptr_t *lo, uintptr_t *hi)
+{
+	*lo = (uintptr_t)p & ~(PAGE - 1);
+	*hi = align_up((uintptr_t)p + len, PAGE);
+}
 
 /* MAPS held. */
 static void add_locked(uintptr_t lo, uintptr_t hi)
@@ -36,7 +44,8 @@ static void add_locked(uintptr_t lo, uintptr_t hi)
 
 void rdmalloc_maps_add(const void *p, size_t len)
 {
-	uintptr_t lo = (uintptr_t)p & ~(PAGE - 1), hi = ((uintptr_t)p + len + PAGE - 1) & ~(PAGE - 1);
+	uintptr_t lo, hi;
+	pages_of(p, len, &lo, &hi);
 	rdmalloc_lock(RDMALLOC_LOCK_MAPS);
 	add_locked(lo, hi);
 	rdmalloc_unlock(RDMALLOC_LOCK_MAPS);
@@ -44,7 +53,8 @@ void rdmalloc_maps_add(const void *p, size_t len)
 
 void rdmalloc_maps_check(const void *p, size_t len, const char *what, int forget)
 {
-	uintptr_t lo = (uintptr_t)p & ~(PAGE - 1), hi = ((uintptr_t)p + len + PAGE - 1) & ~(PAGE - 1);
+	uintptr_t lo, hi;
+	pages_of(p, len, &lo, &hi);
 	rdmalloc_lock(RDMALLOC_LOCK_MAPS);
 	for (uintptr_t at = lo; at < hi;) {
 		size_t i = 0;
