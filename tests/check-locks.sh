@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # Every lock of the library and the drop-in is in src/sys/lock.h's table, which
 # fork() walks in order and whose order every acquisition checks.  A lock
 # declared anywhere else would be held across fork() by nobody's handler
@@ -16,4 +16,12 @@ if [ -n "$found" ]; then
 fi
 [ "$(find "$src/src" -name '*.c' | wc -l)" -gt 10 ] || { echo "no sources under $src/src"; exit 1; }
 n=$(grep -cE '^[[:space:]]*X\([A-Z_]+, (OUTER|INNER),' "$src/src/sys/lock.h")
+# doc/design.md's table of locks names the same ones, in the same order.
+table=$(sed -nE 's/^[[:space:]]*X\(([A-Z_]+), (OUTER|INNER),.*/\1 \2/p' "$src/src/sys/lock.h" | tr 'A-Z' 'a-z')
+doc=$(sed -nE 's/^\| `([A-Z_]+)` \| (outer|inner) \|.*/\1 \2/p' "$src/doc/design.md" | tr 'A-Z' 'a-z')
+if [ "$table" != "$doc" ]; then
+	echo "doc/design.md's table of locks differs from src/sys/lock.h's (lock.h < > design.md):"
+	diff <(printf '%s\n' "$table") <(printf '%s\n' "$doc") | grep '^[<>]'
+	exit 1
+fi
 echo "ok: every lock of src/ and preload/ is one of the $n in src/sys/lock.h"
