@@ -8,16 +8,39 @@ build=${1:?usage: guest-suite.sh BUILD_DIR}
 here=$(dirname "$0")
 passed=0
 failed=0
+failures=()
+logs=$(mktemp -d "${TMPDIR:-/tmp}/rdmalloc-guest-suite.XXXXXX")
 # Each verdict with its seconds: where the guest's share of CI's time goes.
+# Each step's output is kept as well as shown: a failure's own lines are
+# printed again at the very end, where a CI log cut to its last lines
+# still shows them (the engines' and real programs' hundred lines come
+# last and would push them out).  No pipe: a step may be a function of
+# this shell (real_programs waits for a child of it).
 run() {
-	local name=$1 t0=$SECONDS
+	local name=$1 t0=$SECONDS log rc out tee_pid
 	shift
+	log=$logs/$((passed + failed + 1)).log
 	echo "--- $name"
-	if "$@"; then
+	exec {out}> >(tee "$log")
+	tee_pid=$!
+	"$@" >&"$out" 2>&1
+	rc=$?
+	exec {out}>&-
+	# tee has written everything before the verdict; a child the step left
+	# behind may hold its pipe open, so tee gets 10 s, not for ever.
+	local i
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$tee_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill "$tee_pid" 2>/dev/null
+	wait "$tee_pid" 2>/dev/null
+	if ((rc == 0)); then
 		passed=$((passed + 1))
 		echo "--- ok $name ($((SECONDS - t0)) s)"
 	else
 		failed=$((failed + 1))
+		failures+=("$name|$log")
 		echo "--- FAIL $name ($((SECONDS - t0)) s)"
 	fi
 }
@@ -97,5 +120,12 @@ real_programs() { # the verdict of the run started before the engines
 	return $rc
 }
 run "real programs under the drop-in as a user with an 8 MiB and a 64 KiB RLIMIT_MEMLOCK" real_programs
+for f in "${failures[@]}"; do
+	echo "--- again, the failed guest step \"${f%%|*}\": its failure lines, then its end"
+	grep -E -A2 '\[FAIL\]|Assertion Failed|^FAIL |CRASH|TIMEOUT|timed out|rdmalloc.*(fatal|error)' "${f#*|}" | head -30
+	echo "..."
+	tail -n 25 "${f#*|}"
+done
+rm -rf "$logs"
 echo "guest: $passed passed, $failed failed"
 [ "$failed" = 0 ]
