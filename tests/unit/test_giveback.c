@@ -288,7 +288,12 @@ Test(giveback, idle_thread_cache_is_flushed)
 	for (int i = 0; i < N; i += PER_CHUNK)
 		rdma_free(b[i]);
 	free(b);
-	cr_assert_gt(stats().pinned_bytes, (CHUNKS / 2) * 2 * MiB);
+	/* The cache keeps chunks pinned, unless the flush came already (a
+	 * loaded machine may stop this thread for the decay time). */
+	struct rdma_malloc_stats st0 = stats();
+	cr_assert(st0.pinned_bytes > (CHUNKS / 2) * 2 * MiB || st0.idle_cache_flushes > 0,
+		  "%llu bytes pinned after the frees and no cache flushed: the cache kept nothing",
+		  (unsigned long long)st0.pinned_bytes);
 	for (int i = 0; i < 50 && stats().pinned_bytes > 8 * MiB; i++)
 		sleep_ms(100); /* no call into the library but the stats */
 	struct rdma_malloc_stats st = stats();
