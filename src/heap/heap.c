@@ -487,9 +487,10 @@ __attribute__((no_sanitize("thread"))) RDMALLOC_TESTABLE void rdmalloc_heap_cach
 	unsigned top = tc_top < TC_MAX ? tc_top : TC_MAX;
 	dump_line(fd, "thread caches: ids below %u; this thread's:", top);
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
-		if (tl[i].gen)
-			dump_line(fd, " heap %u gen %u %s %u;", i, tl[i].gen,
-				  tl[i].tcflag == MALLOCX_TCACHE_NONE ? "uncached" : "id", tcache_id(tl[i].tcflag));
+		if (tl[i].gen && tl[i].tcflag == MALLOCX_TCACHE_NONE)
+			dump_line(fd, " heap %u gen %u uncached;", i, tl[i].gen);
+		else if (tl[i].gen)
+			dump_line(fd, " heap %u gen %u id %u;", i, tl[i].gen, tcache_id(tl[i].tcflag));
 	dump_line(fd, "\n");
 	for (unsigned tc = 0; tc < top; tc++) {
 		void *v;

@@ -18,6 +18,7 @@
 #include "rdma_malloc.h"
 #include "addrmap.h"
 #include "heap.h"
+#include "stderr_said.h"
 
 static void with_device(void)
 {
@@ -260,4 +261,78 @@ Test(heaps, auto_marks_cover_exactly_the_auto_heaps_chunks)
 	}
 	cr_assert_eq(rdma_heap_destroy(plain), 0);
 	cr_assert_eq(rdma_heap_destroy((rdma_heap_t *)h), EINVAL, "an automatic-cache heap is never destroyed");
+}
+
+/* When jemalloc has no cache id left, a thread runs a heap uncached
+ * (tcache_fallbacks) and keeps allocating; the crash report
+ * (rdmalloc_heap_caches_dump) shows it uncached, with no id (there is
+ * none).  THREADS x heaps caches are more than jemalloc's ~4093 ids. */
+#define EXHAUST_HEAPS (RDMA_MALLOC_MAX_HEAPS - 1)
+#define EXHAUST_THREADS 33
+static rdma_heap_t *exhaust_heap[EXHAUST_HEAPS];
+static pthread_barrier_t exhaust_made, exhaust_done;
+
+static void *exhaust_thread(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < EXHAUST_HEAPS; i++) {
+		void *p = rdma_heap_malloc(exhaust_heap[i], 64);
+		if (!p)
+			return (void *)1;
+		rdma_free(p);
+	}
+	pthread_barrier_wait(&exhaust_made);
+	pthread_barrier_wait(&exhaust_done); /* holding its caches */
+	return NULL;
+}
+
+static void with_device_quiet(void)
+{
+	with_device();
+	cr_redirect_stderr();
+}
+
+Test(heaps, a_thread_without_a_cache_id_runs_uncached_and_the_report_says_so, .init = with_device_quiet,
+     .timeout = 120)
+{
+	for (int i = 0; i < EXHAUST_HEAPS; i++)
+		cr_assert(exhaust_heap[i] = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE }),
+			  "heap %d: %s", i, strerror(errno));
+	struct rdma_malloc_stats s0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s0) }, s1 = s0;
+	cr_assert_eq(rdma_malloc_stats_get(&s0), 0);
+	pthread_barrier_init(&exhaust_made, NULL, EXHAUST_THREADS + 1);
+	pthread_barrier_init(&exhaust_done, NULL, EXHAUST_THREADS + 1);
+	pthread_t t[EXHAUST_THREADS];
+	for (int i = 0; i < EXHAUST_THREADS; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, exhaust_thread, NULL), 0);
+	pthread_barrier_wait(&exhaust_made);
+	/* Every id taken: this thread's use of a heap goes uncached (its
+	 * first allocation ever is uncached anyway: heap.c, mallocx_first). */
+	rdma_free(rdma_heap_malloc(exhaust_heap[0], 100));
+	char *p = rdma_heap_malloc(exhaust_heap[0], 100);
+	cr_assert(p, "an uncached allocation failed");
+	memset(p, 0x5a, 100);
+	cr_assert_eq(rdma_malloc_stats_get(&s1), 0);
+	FILE *f = tmpfile();
+	cr_assert(f);
+	rdmalloc_heap_caches_dump(fileno(f));
+	rdma_free(p);
+	pthread_barrier_wait(&exhaust_done);
+	for (int i = 0; i < EXHAUST_THREADS; i++) {
+		void *r;
+		cr_assert_eq(pthread_join(t[i], &r), 0);
+		cr_assert_null(r, "thread %d: an allocation failed", i);
+	}
+	for (int i = 0; i < EXHAUST_HEAPS; i++)
+		cr_assert_eq(rdma_heap_destroy(exhaust_heap[i]), 0);
+	cr_assert_gt(s1.tcache_fallbacks, s0.tcache_fallbacks, "no thread ran uncached");
+	char said[4096];
+	cr_assert(strstr(stderr_said(said, sizeof(said)), "no jemalloc thread cache left"), "not logged: %s", said);
+	char head[4096];
+	rewind(f);
+	cr_assert(fgets(head, sizeof(head), f), "an empty report");
+	fclose(f);
+	cr_assert(strstr(head, "this thread's: heap "), "no heap on the thread's line: %s", head);
+	cr_assert(strstr(head, " uncached;") && !strstr(head, "uncached 4"),
+		  "the heap is not shown uncached, or with an id: %s", head);
 }
