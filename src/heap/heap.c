@@ -789,6 +789,10 @@ size_t rdmalloc_heaps_trim(void)
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
 		if (h) {
 			struct tl_cache *t = &tl[h->index];
+			/* Its own cache, outside any use of it: no bracket.
+			 * A tick flushing the same id meanwhile is serialised
+			 * by jemalloc (tcaches_flush takes the cache out under
+			 * its mutex; the second finds it taken). */
 			if (t->gen == h->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
 				unsigned tc = tcache_id(t->tcflag);
 				je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
