@@ -43,10 +43,19 @@ static void *map(size_t len, int flags)
 	return m;
 }
 
+/* Forgotten before the call, as in rdmalloc_os_remap.  A refused unmap
+ * (ENOMEM: the split would pass vm.max_map_count) leaves the range mapped
+ * and ours: said, not swallowed; nothing the caller could do instead. */
 static void unmap(void *p, size_t len)
 {
 	rdmalloc_maps_check(p, len, "munmap", 1);
-	munmap(p, len);
+	if (munmap(p, len)) {
+		int e = errno;
+		rdmalloc_maps_add(p, len);
+		rdmalloc_log_once(RDMALLOC_LOG_ERROR, "munmap(%p, %zu): %s: the range stays mapped "
+				  "(further failures are not logged)", p, len, strerror(e));
+		errno = e;
+	}
 }
 
 void *rdmalloc_os_map(size_t len)

@@ -29,7 +29,7 @@ enum rdmalloc_os_pages {
 void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages pages);
 /* Grow or shrink a mapping of rdmalloc_os_map(), maybe moving it: NULL
  * with errno (the old one is then intact). */
-void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len);
+RDMALLOC_TESTABLE void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len);
 RDMALLOC_TESTABLE void rdmalloc_os_unmap(void *p, size_t len);
 /* Give the pages of [p, p+len) back (MADV_DONTNEED): 0 or errno. */
 RDMALLOC_TESTABLE int rdmalloc_os_dontneed(void *p, size_t len);
