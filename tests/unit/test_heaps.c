@@ -272,18 +272,20 @@ Test(heaps, auto_marks_cover_exactly_the_auto_heaps_chunks)
 static rdma_heap_t *exhaust_heap[EXHAUST_HEAPS];
 static pthread_barrier_t exhaust_made, exhaust_done;
 
+/* Its result: 0, or 1 if an allocation failed (the barriers all the same,
+ * so that the main thread fails the test rather than wait for ever). */
 static void *exhaust_thread(void *arg)
 {
 	(void)arg;
-	for (int i = 0; i < EXHAUST_HEAPS; i++) {
+	intptr_t failed = 0;
+	for (int i = 0; i < EXHAUST_HEAPS && !failed; i++) {
 		void *p = rdma_heap_malloc(exhaust_heap[i], 64);
-		if (!p)
-			return (void *)1;
+		failed = !p;
 		rdma_free(p);
 	}
 	pthread_barrier_wait(&exhaust_made);
 	pthread_barrier_wait(&exhaust_done); /* holding its caches */
-	return NULL;
+	return (void *)failed;
 }
 
 static void with_device_quiet(void)
