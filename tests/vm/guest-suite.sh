@@ -23,14 +23,21 @@ run() {
 	echo "--- $name"
 	exec {out}> >(tee "$log")
 	tee_pid=$!
-	"$@" >&"$out" 2>&1
+	# The step's own descriptor closed in it ({out}>&-): only its output
+	# holds the pipe, not a server it leaves behind with its output sent
+	# elsewhere.
+	"$@" >&"$out" 2>&1 {out}>&-
 	rc=$?
 	exec {out}>&-
-	# tee has written everything before the verdict; a child the step left
-	# behind may hold its pipe open, so tee gets 10 s, not for ever.
-	local i
-	for ((i = 0; i < 100; i++)); do
+	# tee has the step's last lines once the pipe is closed; a child the
+	# step left behind with its output still here holds it open, so tee
+	# is waited for while it still writes (the log grows), then killed
+	# after 10 s without a byte, or after 2 minutes.
+	local i idle=0 size=-1 now
+	for ((i = 0; i < 1200 && idle < 100; i++)); do
 		kill -0 "$tee_pid" 2>/dev/null || break
+		now=$(stat -c %s "$log" 2>/dev/null || echo 0)
+		if [ "$now" = "$size" ]; then idle=$((idle + 1)); else idle=0 size=$now; fi
 		sleep 0.1
 	done
 	kill "$tee_pid" 2>/dev/null
@@ -41,7 +48,7 @@ run() {
 	else
 		failed=$((failed + 1))
 		failures+=("$name|$log")
-		echo "--- FAIL $name ($((SECONDS - t0)) s)"
+		echo "--- FAIL $name ($((SECONDS - t0)) s, exit status $rc$( ((rc > 128)) && echo ": signal $((rc - 128))"))"
 	fi
 }
 run "device is up" ibv_devinfo -d rxe0
