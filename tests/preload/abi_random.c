@@ -764,6 +764,8 @@ static const char *lib_of(void *f)
 
 int main(int argc, char **argv)
 {
+	/* Each line out at once: a piped log keeps what came before a crash. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	long ops = argc > 1 ? atol(argv[1]) : 1000000;
 	nthreads = argc > 2 ? atoi(argv[2]) : 4;
 	uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 0) : 1;

@@ -175,6 +175,8 @@ static void *watchdog(void *arg)
 
 int main(int argc, char **argv)
 {
+	/* Each line out at once: a piped log keeps what came before a crash. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	use_api = argc > 1 && !strcmp(argv[1], "api");
 	int forks = argc > 2 ? atoi(argv[2]) : 200;
 #ifdef FORK_FAKE

@@ -86,6 +86,8 @@ static void *churn(void *arg)
 
 int main(int argc, char **argv)
 {
+	/* Each line out at once: a piped log keeps what came before a crash. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	int guest = argc > 1 && strcmp(argv[1], "guest") == 0;
 	pthread_t t[4];
 	for (int i = 0; i < 4; i++)

@@ -42,6 +42,8 @@ static struct rdma_malloc_stats stats(void)
 
 int main(void)
 {
+	/* Each line out at once: a piped log keeps what came before a crash. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	struct e2e_pair pair;
 	int err = e2e_pair_open(&pair, NULL);
 	if (err == ENODEV) {
