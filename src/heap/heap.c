@@ -486,11 +486,14 @@ __attribute__((no_sanitize("thread"))) RDMALLOC_TESTABLE void rdmalloc_heap_cach
 	static const char *const slot_names[] = { "unknown", "a cache", "flushed", "a free id" };
 	unsigned top = tc_top < TC_MAX ? tc_top : TC_MAX;
 	dump_line(fd, "thread caches: ids below %u; this thread's:", top);
-	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
-		if (tl[i].gen && tl[i].tcflag == MALLOCX_TCACHE_NONE)
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
+		if (!tl[i].gen)
+			continue;
+		if (tl[i].tcflag == MALLOCX_TCACHE_NONE)
 			dump_line(fd, " heap %u gen %u uncached;", i, tl[i].gen);
-		else if (tl[i].gen)
+		else
 			dump_line(fd, " heap %u gen %u id %u;", i, tl[i].gen, tcache_id(tl[i].tcflag));
+	}
 	dump_line(fd, "\n");
 	for (unsigned tc = 0; tc < top; tc++) {
 		void *v;

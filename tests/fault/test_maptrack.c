@@ -21,12 +21,12 @@
 
 #define PG 4096
 
-/* @fn, run in a child, aborts saying that @call's range is not the
+/* @fn(@arg), run in a child, aborts saying that @call's range is not the
  * library's. */
-static void aborts_naming(void (*fn)(void *), const char *call)
+static void aborts_naming(void (*fn)(void *), void *arg, const char *call)
 {
 	char out[1024];
-	int st = in_child(fn, NULL, out, sizeof(out));
+	int st = in_child(fn, arg, out, sizeof(out));
 	cr_assert(aborted_saying(st, out, call, "is not the library's"),
 		  "status %#x, said: %s", (unsigned)st, out);
 }
@@ -41,7 +41,7 @@ static void unmap_foreign(void *unused)
 
 Test(maptrack, unmap_of_memory_the_library_did_not_map_aborts)
 {
-	aborts_naming(unmap_foreign, "munmap of ");
+	aborts_naming(unmap_foreign, NULL, "munmap of ");
 }
 
 static void unmap_twice(void *unused)
@@ -56,7 +56,7 @@ static void unmap_twice(void *unused)
 
 Test(maptrack, second_unmap_aborts)
 {
-	aborts_naming(unmap_twice, "munmap of ");
+	aborts_naming(unmap_twice, NULL, "munmap of ");
 }
 
 static void discard_after_unmap(void *unused)
@@ -71,7 +71,7 @@ static void discard_after_unmap(void *unused)
 
 Test(maptrack, discard_after_unmap_aborts)
 {
-	aborts_naming(discard_after_unmap, "MADV_DONTNEED of ");
+	aborts_naming(discard_after_unmap, NULL, "MADV_DONTNEED of ");
 }
 
 static void discard_past_the_end(void *unused)
@@ -84,7 +84,7 @@ static void discard_past_the_end(void *unused)
 
 Test(maptrack, discard_past_the_end_of_a_mapping_aborts)
 {
-	aborts_naming(discard_past_the_end, "MADV_DONTNEED of ");
+	aborts_naming(discard_past_the_end, NULL, "MADV_DONTNEED of ");
 }
 
 static void remap_foreign(void *unused)
@@ -97,16 +97,14 @@ static void remap_foreign(void *unused)
 
 Test(maptrack, remap_of_memory_the_library_did_not_map_aborts)
 {
-	aborts_naming(remap_foreign, "mremap of ");
+	aborts_naming(remap_foreign, NULL, "mremap of ");
 }
 
-/* After a remap the new range is the library's and the old one is not. */
-static char *moved_from;
-
-static void discard_the_old_range(void *unused)
+/* After a remap the new range is the library's and the old one (@old)
+ * is not. */
+static void discard_the_old_range(void *old)
 {
-	(void)unused;
-	rdmalloc_os_dontneed(moved_from, PG);
+	rdmalloc_os_dontneed(old, PG);
 }
 
 Test(maptrack, a_remap_moves_the_range)
@@ -121,8 +119,7 @@ Test(maptrack, a_remap_moves_the_range)
 		cr_assert_neq(q, p, "grown in place over a mapped page");
 	cr_assert_eq(rdmalloc_os_dontneed(q, 8 * PG), 0);
 	if (q != p) {
-		moved_from = p;
-		aborts_naming(discard_the_old_range, "MADV_DONTNEED of ");
+		aborts_naming(discard_the_old_range, p, "MADV_DONTNEED of ");
 	}
 	rdmalloc_os_unmap(q, 8 * PG);
 	if (block == p + 2 * PG)
