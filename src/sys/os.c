@@ -52,8 +52,9 @@ static void unmap(void *p, size_t len)
 	if (munmap(p, len)) {
 		int e = errno;
 		rdmalloc_maps_add(p, len);
+		STAT_INC(unmap_failures);
 		rdmalloc_log_once(RDMALLOC_LOG_ERROR, "munmap(%p, %zu): %s: the range stays mapped "
-				  "(further failures are not logged)", p, len, strerror(e));
+				  "(further failures are counted in unmap_failures, not logged)", p, len, strerror(e));
 		errno = e;
 	}
 }

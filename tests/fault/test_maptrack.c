@@ -18,8 +18,16 @@
 #include "../preload/in_child.h"
 #include "../unit/stderr_said.h"
 #include "os.h"
+#include "rdma_malloc.h"
 
 #define PG 4096
+
+static uint64_t unmap_failures(void)
+{
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	return st.unmap_failures;
+}
 
 /* @fn(@arg), run in a child, aborts saying that @call's range is not the
  * library's. */
@@ -137,9 +145,11 @@ Test(maptrack, refused_calls_leave_the_range_the_librarys, .init = cr_redirect_s
 	cr_assert(errno == ENOMEM || errno == EINVAL, "errno %d", errno);
 	cr_assert_eq(rdmalloc_os_dontneed(p, 3 * PG), 0);
 	/* munmap refuses an address that is not page-aligned (EINVAL). */
+	uint64_t failures = unmap_failures();
 	rdmalloc_os_unmap(p + 1, PG);
 	char said[1024];
 	cr_assert(strstr(stderr_said(said, sizeof(said)), "munmap("), "the refusal was not said: %s", said);
+	cr_assert_eq(unmap_failures(), failures + 1, "the refusal was not counted");
 	p[2 * PG] = 1; /* still mapped */
 	rdmalloc_os_unmap(p, 3 * PG);
 }
