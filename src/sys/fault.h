@@ -21,6 +21,11 @@
  *            the kernel refuses them: it keeps its starter's;
  *  POPULATE  madvise(MADV_POPULATE_WRITE) of a slice of a big chunk the
  *            crew faults in (os.c): EINVAL is a kernel before 5.14.
+ *  META      rdmalloc_os_map(), rdmalloc_os_reserve() and rdmalloc_os_remap()
+ *            (os.c): the library's own tables (chunk descriptors, the
+ *            address and auto maps' leaves, idle maps, counter slots, the
+ *            window and key-change tables, the drop-in's nest and elided
+ *            records), never a chunk.
  *
  * Pause points, where a test runs a function of its own in the library's
  * thread (to widen a race window), holding no lock of ours:
@@ -42,6 +47,7 @@ enum rdmalloc_fault_site {
 	RDMALLOC_FAULT_HUGEPAGE,
 	RDMALLOC_FAULT_THREAD,
 	RDMALLOC_FAULT_POPULATE,
+	RDMALLOC_FAULT_META,
 	RDMALLOC_FAULT_SITES
 };
 
@@ -71,7 +77,7 @@ struct rdmalloc_fault_rec {
 /*
  * Fail calls number @first .. @first+@count-1 of @site, counted from now
  * (1 = the next call); @count 0 = every call from @first on.  @err is the
- * errno value (0 = ENOMEM for REG/MMAP/HUGEPAGE, EIO for DEREG).  Resets
+ * errno value (0 = EIO for DEREG, ENOMEM for the others).  Resets
  * the site's call and fault counts and its records.  @first 0 disarms.
  */
 RDMALLOC_TESTABLE void rdmalloc_fault_arm(enum rdmalloc_fault_site site, unsigned long first,

@@ -59,14 +59,24 @@ static void unmap(void *p, size_t len)
 	}
 }
 
+/* A table of the library's own refused (fault.h's META site). */
+static int meta_refused(size_t len)
+{
+	(void)len; /* (a plain build's site is the constant 0) */
+	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_META, NULL, len);
+	if (ferr)
+		errno = ferr;
+	return ferr;
+}
+
 void *rdmalloc_os_map(size_t len)
 {
-	return map(len, 0);
+	return meta_refused(len) ? NULL : map(len, 0);
 }
 
 void *rdmalloc_os_reserve(size_t len)
 {
-	return map(len, MAP_NORESERVE);
+	return meta_refused(len) ? NULL : map(len, MAP_NORESERVE);
 }
 
 void *rdmalloc_os_map_aligned(size_t len, size_t align, enum rdmalloc_os_pages pages)
@@ -106,6 +116,8 @@ void *rdmalloc_os_remap(void *old, size_t old_len, size_t new_len)
 {
 	/* Forgotten before the call: once it returns, the old range may be
 	 * another thread's new mapping already. */
+	if (meta_refused(new_len))
+		return NULL;
 	rdmalloc_maps_check(old, old_len, "mremap", 1);
 	void *m = mremap(old, old_len, new_len, MREMAP_MAYMOVE);
 	if (m == MAP_FAILED) {

@@ -144,6 +144,6 @@ static inline size_t fu_vmsize(void)
 }
 
 static const char *const fu_site_names[] = { "ibv_reg_mr", "ibv_dereg_mr", "mmap", "hugepage",
-							     "thread", "populate" };
+							     "thread", "populate", "metadata mapping" };
 
 #endif
