@@ -21,9 +21,11 @@
  * doc/preload.md has the whole story: bootstrap, reentrancy, fork.
  */
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -433,15 +435,6 @@ PRELOAD_API void *reallocarray(void *p, size_t n, size_t size)
 	return realloc(p, total);
 }
 
-PRELOAD_API void *aligned_alloc(size_t align, size_t size)
-{
-	if (!is_pow2(align)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return alloc_any(size, align, 0);
-}
-
 PRELOAD_API int posix_memalign(void **out, size_t align, size_t size)
 {
 	if (!is_pow2(align) || align % sizeof(void *))
@@ -466,6 +459,37 @@ PRELOAD_API void *memalign(size_t align, size_t size)
 	while (a < align)
 		a <<= 1;
 	return alloc_any(size, a, 0);
+}
+
+/* Whether the glibc the drop-in replaces refuses an aligned_alloc
+ * alignment that is not a power of two: 2.38 and later do (C17), with
+ * EINVAL; before, aligned_alloc was memalign (tests/preload/edge_args.c). */
+static int aligned_alloc_strict(void)
+{
+	static _Atomic int strict = -1; /* not known yet; every thread finds the same */
+	int s = atomic_load_explicit(&strict, memory_order_relaxed);
+	if (s < 0) {
+		unsigned major = 0, minor = 0;
+		s = sscanf(gnu_get_libc_version(), "%u.%u", &major, &minor) == 2 &&
+		    (major > 2 || (major == 2 && minor >= 38));
+		atomic_store_explicit(&strict, s, memory_order_relaxed);
+	}
+	return s;
+}
+
+/* As glibc: an alignment of 0 is malloc's (both glibc versions take it);
+ * one that is not a power of two is memalign's before 2.38, EINVAL from
+ * 2.38 on. */
+PRELOAD_API void *aligned_alloc(size_t align, size_t size)
+{
+	if (unlikely(align & (align - 1))) {
+		if (aligned_alloc_strict()) {
+			errno = EINVAL;
+			return NULL;
+		}
+		return memalign(align, size);
+	}
+	return alloc_any(size, align, 0);
 }
 
 PRELOAD_API void *valloc(size_t size)
