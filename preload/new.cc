@@ -11,6 +11,11 @@ namespace {
 
 void *alloc_or_throw(std::size_t n, std::size_t align)
 {
+	// An alignment that is not a power of two is undefined behaviour;
+	// libstdc++ throws at once, without the handler (which could never
+	// help), and so does the drop-in (tests/preload/edge_args_new.cc).
+	if (align & (align - 1))
+		throw std::bad_alloc();
 	for (;;) {
 		void *p = align ? rdmalloc_preload_aligned_alloc(align, n) : rdmalloc_preload_malloc(n);
 		if (p)

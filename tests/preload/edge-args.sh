@@ -1,26 +1,30 @@
 #!/bin/bash
 # The drop-in answers every allocation function's edge arguments as the
-# glibc it replaces (edge_args.c): the same lines plain and under it; and,
-# as a glibc 2.38 or later would (EDGE_ARGS_238 says it is one), an
-# aligned_alloc alignment that is not a power of two fails with EINVAL.
-#   edge-args.sh EDGE_ARGS EDGE_ARGS_238 PRELOAD_LIB
+# glibc and libstdc++ it replaces (edge_args.c, edge_args_new.cc): the same
+# lines plain and under it; and, as a glibc 2.38 or later would
+# (EDGE_ARGS_238 says it is one), an aligned_alloc alignment that is not a
+# power of two fails with EINVAL.
+#   edge-args.sh PRELOAD_LIB EDGE_ARGS EDGE_ARGS_238 EDGE_ARGS_NEW
 set -u
-prog=$1 prog238=$2 lib=$3
+lib=$1 prog=$2 prog238=$3 prognew=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 glibc=$(getconf GNU_LIBC_VERSION)
-"$prog" >"$tmp/plain" || { echo "FAIL: the program failed plain (status $?)"; exit 1; }
 under() { # under OUT PROG: PROG under the drop-in, nothing on stderr
 	LD_PRELOAD=$lib "$2" >"$tmp/$1" 2>"$tmp/err" || {
 		echo "FAIL: $2 failed under the drop-in (status $?)"; cat "$tmp/err"; exit 1; }
 	[ ! -s "$tmp/err" ] || { echo "FAIL: the drop-in said:"; cat "$tmp/err"; exit 1; }
 }
-under dropin "$prog"
-if ! diff -u --label "$glibc" --label drop-in "$tmp/plain" "$tmp/dropin"; then
-	echo "FAIL: the drop-in answers differently from $glibc"
-	exit 1
-fi
-echo "ok: $(wc -l <"$tmp/plain") calls answered as $glibc answers them"
+for p in "$prog" "$prognew"; do
+	"$p" >"$tmp/plain" || { echo "FAIL: $p failed plain (status $?)"; exit 1; }
+	under dropin "$p"
+	if ! diff -u --label "plain ($glibc)" --label drop-in "$tmp/plain" "$tmp/dropin"; then
+		echo "FAIL: the drop-in answers differently (${p##*/})"
+		exit 1
+	fi
+	echo "ok: ${p##*/}: $(wc -l <"$tmp/plain") lines, the same plain ($glibc) and under the drop-in"
+done
+"$prog" >"$tmp/plain"
 
 case $glibc in
 "glibc 2."[0-9] | "glibc 2."[0-2][0-9] | "glibc 2.3"[0-7]) ;;
