@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../preload/in_child.h"
 #include "fake_verbs.h"
 #include "fault.h"
 #include "rdma_malloc.h"
@@ -274,8 +275,10 @@ static unsigned long arm_n, arm_count;
 
 /* A child's run: 0 (a fault injected, everything held), NO_FAULT, or 1 with
  * what failed on its standard error. */
-static void child(void)
+static void child(void *unused)
 {
+	(void)unused;
+	alarm(60); /* a hang fails the run (SIGALRM) */
 	fake_verbs_install(1);
 	rdmalloc_fault_arm(RDMALLOC_FAULT_META, arm_n, arm_count, ENOMEM);
 	workload();
@@ -296,28 +299,10 @@ static void child(void)
 
 static int run(unsigned long n, unsigned long count, char *out, size_t len)
 {
-	int pfd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	fflush(NULL);
 	arm_n = n;
 	arm_count = count;
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		dup2(pfd[1], 2);
-		close(pfd[0]);
-		alarm(60);
-		child();
-	}
-	close(pfd[1]);
-	size_t got = 0;
-	ssize_t r;
-	while (got < len - 1 && (r = read(pfd[0], out + got, len - 1 - got)) > 0)
-		got += (size_t)r;
-	out[got] = '\0';
-	close(pfd[0]);
-	int ws;
-	cr_assert_eq(waitpid(pid, &ws, 0), pid);
+	int ws = in_child(child, NULL, out, len);
+	cr_assert_neq(ws, -1, "no child: %s", strerror(errno));
 	return ws;
 }
 
