@@ -449,7 +449,7 @@ PRELOAD_API int posix_memalign(void **out, size_t align, size_t size)
 }
 
 /* glibc's memalign rounds an alignment that is not a power of two up. */
-PRELOAD_API void *memalign(size_t align, size_t size)
+static void *memalign_any(size_t align, size_t size)
 {
 	if (align > SIZE_MAX / 2 + 1) {
 		errno = EINVAL;
@@ -461,9 +461,14 @@ PRELOAD_API void *memalign(size_t align, size_t size)
 	return alloc_any(size, a, 0);
 }
 
+PRELOAD_API void *memalign(size_t align, size_t size)
+{
+	return memalign_any(align, size);
+}
+
 /* Whether the glibc the drop-in replaces refuses an aligned_alloc
- * alignment that is not a power of two: 2.38 and later do (C17), with
- * EINVAL; before, aligned_alloc was memalign (tests/preload/edge_args.c). */
+ * alignment that is not a power of two, or 0: 2.38 and later do (C17),
+ * with EINVAL; before, aligned_alloc was memalign (tests/preload/edge_args.c). */
 static int aligned_alloc_strict(void)
 {
 	static _Atomic int strict = -1; /* not known yet; every thread finds the same */
@@ -477,17 +482,17 @@ static int aligned_alloc_strict(void)
 	return s;
 }
 
-/* As glibc: an alignment of 0 is malloc's (both glibc versions take it);
- * one that is not a power of two is memalign's before 2.38, EINVAL from
- * 2.38 on. */
+/* As glibc: an alignment that is not a power of two, or 0, is memalign's
+ * before 2.38 (0 is malloc's), EINVAL from 2.38 on.  memalign_any, not
+ * memalign: a program's own memalign must not answer it. */
 PRELOAD_API void *aligned_alloc(size_t align, size_t size)
 {
-	if (unlikely(align & (align - 1))) {
+	if (unlikely(!is_pow2(align))) {
 		if (aligned_alloc_strict()) {
 			errno = EINVAL;
 			return NULL;
 		}
-		return memalign(align, size);
+		return memalign_any(align, size);
 	}
 	return alloc_any(size, align, 0);
 }

@@ -9,15 +9,16 @@
 
 namespace {
 
-void *alloc_or_throw(std::size_t n, std::size_t align)
+// @align 0: operator new's own (malloc's), else an align_val_t.
+void *alloc_or_throw(std::size_t n, std::size_t align, bool aligned)
 {
-	// An alignment that is not a power of two is undefined behaviour;
-	// libstdc++ throws at once, without the handler (which could never
-	// help), and so does the drop-in (tests/preload/edge_args_new.cc).
-	if (align & (align - 1))
+	// An alignment that is not a power of two (0 included) is undefined
+	// behaviour; libstdc++ throws at once, without the handler (which could
+	// never help), and so does the drop-in (tests/preload/edge_args_new.cc).
+	if (aligned && (!align || (align & (align - 1))))
 		throw std::bad_alloc();
 	for (;;) {
-		void *p = align ? rdmalloc_preload_aligned_alloc(align, n) : rdmalloc_preload_malloc(n);
+		void *p = aligned ? rdmalloc_preload_aligned_alloc(align, n) : rdmalloc_preload_malloc(n);
 		if (p)
 			return p;
 		std::new_handler h = std::get_new_handler();
@@ -27,10 +28,10 @@ void *alloc_or_throw(std::size_t n, std::size_t align)
 	}
 }
 
-void *alloc_or_null(std::size_t n, std::size_t align) noexcept
+void *alloc_or_null(std::size_t n, std::size_t align, bool aligned) noexcept
 {
 	try {
-		return alloc_or_throw(n, align);
+		return alloc_or_throw(n, align, aligned);
 	} catch (...) {
 		return nullptr;
 	}
@@ -38,19 +39,19 @@ void *alloc_or_null(std::size_t n, std::size_t align) noexcept
 
 } // namespace
 
-PRELOAD_API void *operator new(std::size_t n) { return alloc_or_throw(n, 0); }
-PRELOAD_API void *operator new[](std::size_t n) { return alloc_or_throw(n, 0); }
-PRELOAD_API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return alloc_or_null(n, 0); }
-PRELOAD_API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return alloc_or_null(n, 0); }
-PRELOAD_API void *operator new(std::size_t n, std::align_val_t a) { return alloc_or_throw(n, static_cast<std::size_t>(a)); }
-PRELOAD_API void *operator new[](std::size_t n, std::align_val_t a) { return alloc_or_throw(n, static_cast<std::size_t>(a)); }
+PRELOAD_API void *operator new(std::size_t n) { return alloc_or_throw(n, 0, false); }
+PRELOAD_API void *operator new[](std::size_t n) { return alloc_or_throw(n, 0, false); }
+PRELOAD_API void *operator new(std::size_t n, const std::nothrow_t &) noexcept { return alloc_or_null(n, 0, false); }
+PRELOAD_API void *operator new[](std::size_t n, const std::nothrow_t &) noexcept { return alloc_or_null(n, 0, false); }
+PRELOAD_API void *operator new(std::size_t n, std::align_val_t a) { return alloc_or_throw(n, static_cast<std::size_t>(a), true); }
+PRELOAD_API void *operator new[](std::size_t n, std::align_val_t a) { return alloc_or_throw(n, static_cast<std::size_t>(a), true); }
 PRELOAD_API void *operator new(std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
 {
-	return alloc_or_null(n, static_cast<std::size_t>(a));
+	return alloc_or_null(n, static_cast<std::size_t>(a), true);
 }
 PRELOAD_API void *operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t &) noexcept
 {
-	return alloc_or_null(n, static_cast<std::size_t>(a));
+	return alloc_or_null(n, static_cast<std::size_t>(a), true);
 }
 
 PRELOAD_API void operator delete(void *p) noexcept { rdmalloc_preload_free(p); }

@@ -3,7 +3,7 @@
 # glibc and libstdc++ it replaces (edge_args.c, edge_args_new.cc): the same
 # lines plain and under it; and, as a glibc 2.38 or later would
 # (EDGE_ARGS_238 says it is one), an aligned_alloc alignment that is not a
-# power of two fails with EINVAL.
+# power of two (or 0) fails with EINVAL.
 #   edge-args.sh PRELOAD_LIB EDGE_ARGS EDGE_ARGS_238 EDGE_ARGS_NEW
 set -u
 lib=$1 prog=$2 prog238=$3 prognew=$4
@@ -31,9 +31,9 @@ case $glibc in
 *) echo "SKIP: $glibc refuses those alignments itself: the comparison above covers it"; exit 0 ;;
 esac
 under as238 "$prog238"
-# What 2.38 changed: aligned_alloc(A, n) with A neither 0 nor a power of two.
+# What 2.38 changed: aligned_alloc(A, n) with A 0 or not a power of two.
 awk '/^aligned_alloc\(/ { a = substr($0, 15) + 0; p = 1; while (p < a) p *= 2
-	if (a && p != a) { printf "%-44s NULL, errno 22\n", substr($0, 1, index($0, ")")); next } }
+	if (p != a || a == 0) { printf "%-44s NULL, errno 22\n", substr($0, 1, index($0, ")")); next } }
 	{ print }' "$tmp/plain" >"$tmp/want238" || { echo "FAIL: awk"; exit 1; }
 if ! diff -u --label "what glibc 2.38 answers" --label "drop-in, told it replaces 2.38" "$tmp/want238" "$tmp/as238"; then
 	echo "FAIL: the drop-in does not answer as glibc 2.38 would"

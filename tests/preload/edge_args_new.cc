@@ -103,5 +103,7 @@ int main()
 	throws("operator new(100, align 24), a handler", [&] { return ::operator new(100, std::align_val_t(24)); });
 	std::set_new_handler(nullptr);
 	said("operator new(100, align 48, nothrow)", ::operator new(100, std::align_val_t(48), std::nothrow), 0, 0);
+	said("operator new(100, align 0, nothrow)", ::operator new(100, std::align_val_t(0), std::nothrow), 0, 0);
+	throws("operator new[](100, align 0)", [&] { return ::operator new[](100, std::align_val_t(0)); });
 	return 0;
 }
