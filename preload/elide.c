@@ -337,7 +337,7 @@ static int detach_ours(struct ibv_pd *pd, int unused_only)
 	if (err == EBUSY)
 		return EBUSY;
 	if (err && err != ENODEV) /* ENODEV: the program detached it itself */
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "detaching the program's PD %p: %s", (void *)pd, strerror(err));
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "detaching the program's PD %p: %s", (void *)pd, rdmalloc_strerror(err));
 	STAT_INC(elided_pds_detached);
 	return 0;
 }
@@ -525,7 +525,7 @@ static void not_elided(int err)
 	} else if (err != EACCES) {
 		rdmalloc_log_once(RDMALLOC_LOG_INFO, "an ibv_reg_mr of the program on rdmalloc's memory goes "
 				  "to libibverbs: %s (further ones are only counted in passthrough_registrations)",
-				  strerror(err));
+				  rdmalloc_strerror(err));
 	}
 }
 
@@ -551,7 +551,7 @@ static struct ibv_mr *elide(struct ibv_pd *pd, void *addr, size_t len, unsigned 
 			record_release(e);
 			not_elided(err);
 		}
-		passed_on(addr, len, !e ? "no elided-region record left" : err == ENOSPC ? "no PD slot left" : strerror(err));
+		passed_on(addr, len, !e ? "no elided-region record left" : err == ENOSPC ? "no PD slot left" : rdmalloc_strerror(err));
 		rdmalloc_chunk_unpin(c);
 		return NULL;
 	}
@@ -684,7 +684,7 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 	int err = c ? settle(e, c, new_pd, new_addr, new_len, (unsigned int)new_access) : EACCES;
 	if (err)
 		rdmalloc_debug("ibv_rereg_mr of an elided region gets a registration of its own: %s",
-			       c ? strerror(err) : why ? why : "inside a verbs call");
+			       c ? rdmalloc_strerror(err) : why ? why : "inside a verbs call");
 	if (!err) {
 		rdmalloc_chunk_unpin(old);
 		STAT_INC(elided_rereg_in_place);
@@ -700,7 +700,7 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 	handing_on = was;
 	if (!own) {
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "ibv_rereg_mr of an elided region: its own "
-				  "registration failed (%s); the region is left as it was", strerror(errno));
+				  "registration failed (%s); the region is left as it was", rdmalloc_strerror(errno));
 		return IBV_REREG_MR_ERR_CMD;
 	}
 	rdmalloc_lock(RDMALLOC_LOCK_ELIDED);

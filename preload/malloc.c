@@ -112,7 +112,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 						       rdmalloc_opts.decay_ms, &err);
 	if (!h) {
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot create the LD_PRELOAD heap: %s; "
-			     "this program's mallocs get unregistered memory", strerror(err));
+			     "this program's mallocs get unregistered memory", rdmalloc_strerror(err));
 		STAT_INC(fallbacks);
 		return;
 	}
@@ -166,7 +166,7 @@ static __attribute__((noinline)) int bind_thread(void)
 			STAT_INC(tcache_fallbacks);
 			STAT_INC(fallbacks);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot give a thread jemalloc's thread cache (%s); its "
-					  "mallocs go uncached (counted in tcache_fallbacks)", strerror(e));
+					  "mallocs go uncached (counted in tcache_fallbacks)", rdmalloc_strerror(e));
 		}
 		return 1;
 	}

@@ -79,7 +79,7 @@ void rdmalloc_pd_init(void)
 		atomic_store_explicit(&default_pd, pd, memory_order_release);
 	rdmalloc_pd_unlock();
 	if (err)
-		rdmalloc_fatal("attaching the default PD failed: %s", strerror(err));
+		rdmalloc_fatal("attaching the default PD failed: %s", rdmalloc_strerror(err));
 }
 
 RDMA_EXPORT struct ibv_pd *rdma_malloc_default_pd(void)

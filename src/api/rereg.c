@@ -170,7 +170,7 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 		if (e2)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "changing a heap's access flags failed (%s) and "
 				     "changing them back failed too (%s): its chunks have mixed flags",
-				     strerror(err), strerror(e2));
+				     rdmalloc_strerror(err), rdmalloc_strerror(e2));
 	}
 	if (changed)
 		rdmalloc_heap_bump_key_gen(h);

@@ -71,7 +71,7 @@ static void print_at_exit(void)
 			fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 			if (fd < 0)
 				rdmalloc_log(RDMALLOC_LOG_ERROR, "cannot open RDMALLOC_STATS_FILE \"%s\": %s; "
-					     "the stats go to standard error", path, strerror(errno));
+					     "the stats go to standard error", path, rdmalloc_strerror(errno));
 		}
 	}
 	if (fd < 0 && stderr_copy >= 0)
@@ -94,7 +94,7 @@ static void print_at_exit(void)
 		raised = 1;
 	rdmalloc_sigpipe_release(&h, raised);
 	if (err)
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", strerror(err));
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "printing the stats at exit failed: %s", rdmalloc_strerror(err));
 }
 
 void rdmalloc_stats_at_exit(void)

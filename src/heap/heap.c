@@ -541,7 +541,7 @@ RDMALLOC_TESTABLE void rdmalloc_heap_flush_idle_caches(uint64_t now)
 			tc_no_barrier = 1;
 			STAT_INC(fallbacks);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "membarrier(2): %s: the caches of idle threads "
-					  "are not flushed (their blocks keep chunks registered)", strerror(e));
+					  "are not flushed (their blocks keep chunks registered)", rdmalloc_strerror(e));
 		}
 		for (unsigned tc = 0; tc < tc_top; tc++) {
 			struct tc_sync *t = &tc_sync[tc].s;
@@ -713,7 +713,7 @@ void rdmalloc_heap_init(void)
 	rdmalloc_freed_init();
 	int e = pthread_key_create(&tc_key, thread_exit);
 	if (e)
-		rdmalloc_fatal("pthread_key_create: %s", strerror(e));
+		rdmalloc_fatal("pthread_key_create: %s", rdmalloc_strerror(e));
 }
 
 void rdmalloc_heap_init_default(unsigned int access)
@@ -721,7 +721,7 @@ void rdmalloc_heap_init_default(unsigned int access)
 	int err = 0;
 	default_heap = heap_new(access, rdmalloc_opts.hugepages ? RDMA_HEAP_HUGEPAGES : 0, rdmalloc_opts.decay_ms, &err);
 	if (!default_heap)
-		rdmalloc_fatal("cannot create the default heap: %s", strerror(err));
+		rdmalloc_fatal("cannot create the default heap: %s", rdmalloc_strerror(err));
 }
 
 struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, long decay_ms, int *err)

@@ -340,7 +340,7 @@ struct rdmalloc_chunk *rdmalloc_chunk_create(struct rdmalloc_heap *heap, struct 
 			STAT_INC(reserve_discards);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "a reserve chunk could not be registered anew at "
 					  "hand-over (%s): released, the chunk is made inline (further ones "
-					  "are only counted in reserve_discards)", strerror(err));
+					  "are only counted in reserve_discards)", rdmalloc_strerror(err));
 			unmake(c, used, 1);
 			used = 0;
 			c = NULL;

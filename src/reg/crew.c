@@ -107,7 +107,7 @@ void rdmalloc_crew_start(void)
 	if (err) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot start the registration crew's threads (%s): %u of %u "
-				  "share big registrations (counted in fallbacks)", strerror(err),
+				  "share big registrations (counted in fallbacks)", rdmalloc_strerror(err),
 				  atomic_load(&started), want);
 	}
 }

@@ -82,13 +82,13 @@ static size_t give_back(struct rdmalloc_chunk *c)
 	if (quarantine)
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
 			     "and its pages could not be cut off (%s); never used again",
-			     (void *)c->base, c->map_size, strerror(err));
+			     (void *)c->base, c->map_size, rdmalloc_strerror(err));
 	else if (failed)
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while giving it "
 			     "back; its old pages stay pinned, cut off from the process", (void *)c->base, c->map_size);
 	else if (err) /* still ours: its old bytes are zeroed when committed */
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_DONTNEED) of a given-back chunk: %s",
-				  strerror(err));
+				  rdmalloc_strerror(err));
 	rdmalloc_chunk_lock();
 	if (quarantine) {
 		/* A region may still be valid and map these very pages: a
@@ -266,7 +266,7 @@ void rdmalloc_chunk_decommit(void *addr, size_t len)
 			STAT_INC(fallbacks);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "freed pages could not be given back to the kernel "
 					  "(madvise: %s; mlock'ed?): they stay resident, zeroed when used again "
-					  "(counted in fallbacks)", strerror(err));
+					  "(counted in fallbacks)", rdmalloc_strerror(err));
 		} else {
 			STAT_ADD(discarded_bytes, len);
 			if (odp)

@@ -43,9 +43,9 @@ const char *rdmalloc_refusal_text(int err)
 	if (err == EDQUOT)
 		snprintf(buf, sizeof(buf), "RDMALLOC_MAX_REGISTERED (%zu bytes) reached", rdmalloc_opts.max_registered);
 	else if (err == ENOMEM || err == EAGAIN)
-		snprintf(buf, sizeof(buf), "ibv_reg_mr: %s (RLIMIT_MEMLOCK %llu bytes)", strerror(err), memlock_limit());
+		snprintf(buf, sizeof(buf), "ibv_reg_mr: %s (RLIMIT_MEMLOCK %llu bytes)", rdmalloc_strerror(err), memlock_limit());
 	else
-		snprintf(buf, sizeof(buf), "ibv_reg_mr: %s", strerror(err));
+		snprintf(buf, sizeof(buf), "ibv_reg_mr: %s", rdmalloc_strerror(err));
 	return buf;
 }
 

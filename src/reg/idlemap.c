@@ -46,7 +46,7 @@ void rdmalloc_chunk_idle_init(struct rdmalloc_chunk *c, int committed)
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "a chunk's map of idle pages could not be mapped (%s): a "
 				  "double free after a give-back in it is not caught (counted in fallbacks)",
-				  strerror(errno));
+				  rdmalloc_strerror(errno));
 		return;
 	}
 	memset((void *)bits, committed ? 0 : 0xff, words_of(c) * sizeof(*bits));

@@ -74,7 +74,7 @@ struct ibv_mr *rdmalloc_implicit_get(struct ibv_pd *pd, unsigned int access)
 		int err = rdmalloc_dereg_mr(mr);
 		if (err)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of a spare implicit ODP region: %s",
-				     strerror(err));
+				     rdmalloc_strerror(err));
 		if (!use) {
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "more than %d implicit ODP regions (PD x access flags)",
 				     IMPLICIT_MAX);

@@ -171,7 +171,7 @@ int rdmalloc_region_change_access(struct rdmalloc_chunk *c, unsigned i, unsigned
 			goto done;
 		}
 		rdmalloc_log_once(RDMALLOC_LOG_INFO, "ibv_rereg_mr with IBV_REREG_MR_CHANGE_ACCESS refused (%s): "
-				  "regions are replaced instead (new keys)", strerror(err));
+				  "regions are replaced instead (new keys)", rdmalloc_strerror(err));
 	}
 	/* Register anew, publish the new keys, only then deregister the old
 	 * region: the address map never leads to a key that is already gone. */
@@ -180,7 +180,7 @@ int rdmalloc_region_change_access(struct rdmalloc_chunk *c, unsigned i, unsigned
 		int err = errno ? errno : ENOMEM;
 		if (broken)
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "a region of chunk %p is unusable after a failed "
-				     "ibv_rereg_mr and could not be replaced: %s", (void *)c->base, strerror(err));
+				     "ibv_rereg_mr and could not be replaced: %s", (void *)c->base, rdmalloc_strerror(err));
 		return err;
 	}
 	publish(r, fresh, access, stamp);

@@ -272,7 +272,7 @@ static void *registrar(void *arg)
 			STAT_INC(reserve_skipped);
 			rdmalloc_log_once(RDMALLOC_LOG_WARN, "a %zu-byte reserve chunk could not be made (%s): the "
 					  "heap's next growth registers inline (further ones are only counted "
-					  "in reserve_skipped)", size, strerror(err));
+					  "in reserve_skipped)", size, rdmalloc_strerror(err));
 		}
 		rdmalloc_chunk_lock();
 		r->filling = 0;
@@ -295,7 +295,7 @@ void rdmalloc_reserve_start(void)
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot start the reserve's registration thread (%s): every "
 				  "chunk is registered by the allocation that needs it (counted in "
 				  "inline_chunks), and idle memory decays only as the heaps are used",
-				  strerror(err));
+				  rdmalloc_strerror(err));
 	}
 }
 

@@ -139,7 +139,7 @@ void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
 	rdmalloc_log_once(RDMALLOC_LOG_WARN, "no explicit huge pages for a %zu-byte chunk (mmap MAP_HUGETLB: "
 			  "%s; see /proc/sys/vm/nr_hugepages): using %s (further fallbacks are only "
 			  "counted in hugepage_fallbacks)",
-			  len, strerror(err), thp ? "transparent huge pages" : "4 KiB pages");
+			  len, rdmalloc_strerror(err), thp ? "transparent huge pages" : "4 KiB pages");
 	p = rdmalloc_os_map_aligned(len, align, RDMALLOC_OS_PAGES);
 	if (!p)
 		return NULL;
@@ -153,7 +153,7 @@ void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
 		STAT_INC(hugepage_fallbacks);
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "MADV_HUGEPAGE refused: %s; huge-page heaps use 4 KiB "
-				  "pages", strerror(thp_err));
+				  "pages", rdmalloc_strerror(thp_err));
 	} else {
 		/* That the chunk is on 4 KiB pages is the fallback above. */
 	}

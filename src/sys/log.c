@@ -6,11 +6,22 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "sigpipe.h"
 
 static atomic_int log_level = RDMALLOC_LOG_WARN;
+
+const char *rdmalloc_strerror(int err)
+{
+	static RDMALLOC_TLS char buf[32];
+	const char *s = strerrordesc_np(err);
+	if (s)
+		return s;
+	snprintf(buf, sizeof(buf), "unknown error %d", err);
+	return buf;
+}
 
 void rdmalloc_log_set_level(int level)
 {

@@ -33,6 +33,15 @@ RDMALLOC_TESTABLE void rdmalloc_log(int level, const char *fmt, ...) __attribute
 			rdmalloc_log(RDMALLOC_LOG_DEBUG, __VA_ARGS__);   \
 	} while (0)
 
+/* errno @err as text for a message: glibc's English description, from a
+ * table, or "unknown error N".  Never strerror() in this library: it takes
+ * the message catalogue's lock, and a program may call malloc holding that
+ * lock for writing (bindtextdomain, textdomain).  There glibc answers the
+ * writer's read lock with EDEADLK, the catalogue ignores that and unlocks,
+ * and the lock is corrupt: the program's next strerror() or gettext() may
+ * hang for ever (tests/preload/libc_locks.c).  No lock, no allocation. */
+const char *rdmalloc_strerror(int err);
+
 /* Logs and aborts: for broken invariants and invalid frees. */
 _Noreturn void rdmalloc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -54,12 +54,13 @@ static void unmap(void *p, size_t len)
 		rdmalloc_maps_add(p, len);
 		STAT_INC(unmap_failures);
 		rdmalloc_log_once(RDMALLOC_LOG_ERROR, "munmap(%p, %zu): %s: the range stays mapped "
-				  "(further failures are counted in unmap_failures, not logged)", p, len, strerror(e));
+				  "(further failures are counted in unmap_failures, not logged)", p, len, rdmalloc_strerror(e));
 		errno = e;
 	}
 }
 
-/* A table of the library's own refused (fault.h's META site). */
+/* Whether this mapping of one of the library's own tables is refused
+ * (fault.h's META site). */
 static int meta_refused(size_t len)
 {
 	(void)len; /* (a plain build's site is the constant 0) */
@@ -252,7 +253,7 @@ report:
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "a thread of rdmalloc's cannot take the %s of the process at "
 				  "load (%s): it keeps those of the thread that started it (counted in fallbacks)",
-				  what, strerror(refused));
+				  what, rdmalloc_strerror(refused));
 	}
 }
 

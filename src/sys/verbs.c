@@ -144,7 +144,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		if (errno == ENOSYS)
 			snprintf(why, whylen, "no RDMA device (the kernel has no RDMA support)");
 		else
-			snprintf(why, whylen, "cannot list RDMA devices: %s", strerror(errno));
+			snprintf(why, whylen, "cannot list RDMA devices: %s", rdmalloc_strerror(errno));
 		errno = ENODEV;
 		return NULL;
 	}
@@ -163,7 +163,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 			continue;
 		struct ibv_context *ctx = lib.open_device(list[i]);
 		if (!ctx) {
-			snprintf(why, whylen, "cannot open %s: %s", name, strerror(errno));
+			snprintf(why, whylen, "cannot open %s: %s", name, rdmalloc_strerror(errno));
 			keep_first(skipped, sizeof(skipped), why);
 			continue;
 		}
@@ -175,7 +175,7 @@ static struct ibv_pd *real_open_default_pd(const char *device, char *why, size_t
 		pd = lib.alloc_pd(ctx);
 		if (!pd) {
 			err = errno ? errno : ENOMEM;
-			snprintf(why, whylen, "ibv_alloc_pd on %s: %s", name, strerror(err));
+			snprintf(why, whylen, "ibv_alloc_pd on %s: %s", name, rdmalloc_strerror(err));
 			keep_first(skipped, sizeof(skipped), why);
 			lib.close_device(ctx);
 		} else {
@@ -531,7 +531,7 @@ int rdmalloc_dereg_mr(struct ibv_mr *mr)
 	if (err) {
 		STAT_INC(deregistration_failures);
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of %zu bytes failed: %s; the pages stay pinned",
-			     len, strerror(err));
+			     len, rdmalloc_strerror(err));
 		return err;
 	}
 	STAT_INC(deregistrations);
@@ -637,7 +637,7 @@ int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit)
 	int err = rdmalloc_query_odp(pd, &general, &rc);
 	if (err && err != EOPNOTSUPP && err != ENOSYS) /* (not a backend without the query) */
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "the device's on-demand paging could not be queried (%s): "
-				  "ODP heaps are refused with EOPNOTSUPP", strerror(err));
+				  "ODP heaps are refused with EOPNOTSUPP", rdmalloc_strerror(err));
 	if (err)
 		return EOPNOTSUPP;
 	uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;

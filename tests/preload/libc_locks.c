@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libc_locks.c - the drop-in leaves intact the locks glibc holds while it
+ * calls malloc.  bindtextdomain() and textdomain() hold the message
+ * catalogue's lock for writing and call malloc; under the drop-in that
+ * malloc may make a chunk, and a chunk whose registration is refused says
+ * why.  When the reason's text came from strerror(), which takes that
+ * lock for reading, glibc answered the writer with EDEADLK, the catalogue
+ * ignored it and unlocked, and the lock was corrupt: in the guest, sort(1)
+ * under the drop-in with RLIMIT_MEMLOCK at 64 KiB hung for ever, its
+ * reserve thread in strerror() and its main thread in malloc waiting for
+ * that thread.
+ *
+ * Under the fake drop-in with RDMALLOC_PRELOAD_REGISTER=eager, every
+ * registration refused from then on (fake_fail_reg_from): the case's
+ * function makes a chunk inside the lock (a domain or directory name of
+ * 40 MiB, copied there), then another thread must get through strerror(),
+ * dgettext(), textdomain() and bindtextdomain() within 20 s.
+ *   libc_locks textdomain|bindtextdomain
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <libintl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdma_malloc.h"
+
+#define BIG ((size_t)40 << 20)
+
+/* The catalogue, read and written, by another thread. */
+static void *use_catalogue(void *arg)
+{
+	(void)arg;
+	if (strlen(strerror(EINVAL)) == 0 || !dgettext("rdmalloc-test", "hello"))
+		return "empty";
+	if (!textdomain("rdmalloc-test") || !bindtextdomain("rdmalloc-test", "/nonexistent"))
+		return "textdomain or bindtextdomain failed";
+	return NULL;
+}
+
+/* 0 if another thread gets through the catalogue in time. */
+static int catalogue_works(const char *after)
+{
+	pthread_t t;
+	if (pthread_create(&t, NULL, use_catalogue, NULL)) {
+		printf("FAIL %s: pthread_create\n", after);
+		return 1;
+	}
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 20;
+	void *res;
+	int err = pthread_timedjoin_np(t, &res, &deadline);
+	if (err == ETIMEDOUT) {
+		printf("FAIL %s: another thread's strerror/gettext/textdomain hangs (glibc's message "
+		       "catalogue lock is corrupt)\n", after);
+		return 1;
+	}
+	if (err || res) {
+		printf("FAIL %s: %s\n", after, err ? strerror(err) : (const char *)res);
+		return 1;
+	}
+	return 0;
+}
+
+static int one_case(int bind)
+{
+	void (*fail_from)(unsigned long) = (void (*)(unsigned long))dlsym(RTLD_DEFAULT, "fake_fail_reg_from");
+	if (!fail_from) {
+		printf("FAIL: not under the fake drop-in (no fake_fail_reg_from)\n");
+		return 1;
+	}
+	/* Not from malloc: its own chunk must be the one made inside the lock. */
+	char *name = mmap(NULL, BIG + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (name == MAP_FAILED) {
+		printf("FAIL: mmap\n");
+		return 1;
+	}
+	memset(name, 'd', BIG);
+	name[0] = '/';
+	name[BIG] = '\0';
+	fail_from(1); /* from now on every registration is refused */
+	const char *what = bind ? "bindtextdomain" : "textdomain";
+	if (!(bind ? bindtextdomain("rdmalloc-big", name) : textdomain(name))) {
+		printf("FAIL: %s of a 40 MiB name failed\n", what);
+		return 1;
+	}
+	int (*stats_get)(struct rdma_malloc_stats *) =
+		(int (*)(struct rdma_malloc_stats *))dlsym(RTLD_DEFAULT, "rdma_malloc_stats_get");
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	if (!stats_get || stats_get(&st) || st.refused_chunks == 0) {
+		printf("FAIL: %s made no chunk that was refused registration: the case tests nothing\n", what);
+		return 1;
+	}
+	char after[64];
+	snprintf(after, sizeof(after), "after %s", what);
+	if (catalogue_works(after))
+		return 1;
+	printf("ok: %s's malloc made a chunk left unregistered; the catalogue still works\n", what);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2 || (strcmp(argv[1], "textdomain") && strcmp(argv[1], "bindtextdomain"))) {
+		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain\n");
+		return 2;
+	}
+	return one_case(argv[1][0] == 'b');
+}
