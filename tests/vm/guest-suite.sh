@@ -107,7 +107,9 @@ run "fork torture (drop-in)" env LD_PRELOAD="$build/preload/librdmalloc-preload.
 # engines' (they have 20 minutes: the guest's whole budget is 40).
 real=$(mktemp "${TMPDIR:-/tmp}/rdmalloc-real-programs.XXXXXX")
 real_t0=$SECONDS
-timeout 1200 "$build/tests/preload/memlock-user.sh" "$build" >"$real" 2>&1 &
+# --foreground: at the deadline only the script is stopped, not the process
+# group, so that what its programs were doing can still be shown (below).
+timeout --foreground 1200 "$build/tests/preload/memlock-user.sh" "$build" >"$real" 2>&1 &
 real_pid=$!
 # The engines RDMA users run (UCX, Open MPI, MPICH, libfabric, rdma_cm),
 # between the guest's two hosts (tools/rdmalloc-vm --hosts 2), under the
