@@ -5,17 +5,18 @@
 #include <cstdlib>
 #include <new>
 
+#include "compiler.h"
 #include "preload.h"
 
 namespace {
 
-// @align 0: operator new's own (malloc's), else an align_val_t.
+// @aligned: @align is an align_val_t's; else operator new's own (malloc's).
 void *alloc_or_throw(std::size_t n, std::size_t align, bool aligned)
 {
 	// An alignment that is not a power of two (0 included) is undefined
 	// behaviour; libstdc++ throws at once, without the handler (which could
 	// never help), and so does the drop-in (tests/preload/edge_args_new.cc).
-	if (aligned && (!align || (align & (align - 1))))
+	if (aligned && !is_pow2(align))
 		throw std::bad_alloc();
 	for (;;) {
 		void *p = aligned ? rdmalloc_preload_aligned_alloc(align, n) : rdmalloc_preload_malloc(n);

@@ -335,17 +335,3 @@ Test(metadata, refused_from_n_on, .timeout = 300)
 {
 	sweep(0, "from-n-on");
 }
-
-/* Heaps growing 2 MiB at a time: many more chunks, hence more descriptor
- * pages and address-map leaves. */
-Test(metadata, refused_once_2M_chunks, .timeout = 300)
-{
-	setenv("RDMALLOC_CHUNK_MAX", "2M", 1);
-	sweep(1, "once,CHUNK_MAX=2M");
-}
-
-Test(metadata, refused_from_n_on_2M_chunks, .timeout = 300)
-{
-	setenv("RDMALLOC_CHUNK_MAX", "2M", 1);
-	sweep(0, "from-n-on,CHUNK_MAX=2M");
-}

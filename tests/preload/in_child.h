@@ -23,8 +23,11 @@ static inline int in_child(void (*fn)(void *), void *arg, char *out, size_t len)
 		return -1;
 	fflush(stdout);
 	pid_t pid = fork();
-	if (pid < 0)
+	if (pid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
 		return -1;
+	}
 	if (pid == 0) {
 		dup2(pfd[1], 2);
 		close(pfd[0]);
@@ -34,8 +37,17 @@ static inline int in_child(void (*fn)(void *), void *arg, char *out, size_t len)
 	close(pfd[1]);
 	size_t got = 0;
 	ssize_t n;
-	while (got < len - 1 && (n = read(pfd[0], out + got, len - 1 - got)) > 0)
-		got += (size_t)n;
+	char rest[256];
+	/* Past @len - 1 bytes the rest is read and dropped: a child blocked
+	 * on a full pipe would never exit. */
+	for (;;) {
+		int full = got == len - 1;
+		n = full ? read(pfd[0], rest, sizeof(rest)) : read(pfd[0], out + got, len - 1 - got);
+		if (n <= 0)
+			break;
+		if (!full)
+			got += (size_t)n;
+	}
 	out[got] = '\0';
 	close(pfd[0]);
 	int st = 0;
