@@ -38,8 +38,9 @@ static inline int in_child(void (*fn)(void *), void *arg, char *out, size_t len)
 	size_t got = 0;
 	ssize_t n;
 	char rest[256];
-	/* Past @len - 1 bytes the rest is read and dropped: a child blocked
-	 * on a full pipe would never exit. */
+	/* Past @len - 1 bytes the rest is read and dropped: closed early, the
+	 * pipe would kill a child still writing with SIGPIPE, hiding how it
+	 * ended. */
 	for (;;) {
 		int full = got == len - 1;
 		n = full ? read(pfd[0], rest, sizeof(rest)) : read(pfd[0], out + got, len - 1 - got);
