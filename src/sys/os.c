@@ -3,12 +3,12 @@
 #include "os.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/membarrier.h>
@@ -151,23 +151,56 @@ int rdmalloc_os_populate(void *p, size_t len)
 	return madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
 }
 
+ssize_t rdmalloc_os_read_file(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = 0;
+	while (n + 1 < size) {
+		ssize_t r = read(fd, buf + n, size - 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r < 0 && !n)
+				n = (size_t)-1;
+			break;
+		}
+		n += (size_t)r;
+	}
+	int e = errno;
+	close(fd);
+	errno = e;
+	if (n == (size_t)-1)
+		return -1;
+	buf[n] = '\0';
+	return (ssize_t)n;
+}
+
+/* The number after @key at the start of a line of @text, in @base; 0 if
+ * there is none. */
+static unsigned long long status_field(const char *text, const char *key, int base)
+{
+	size_t n = strlen(key);
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+		if (!strncmp(l, key, n))
+			return strtoull(l + n, NULL, base);
+	return 0;
+}
+
 int rdmalloc_os_may_pin(size_t len)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
 		return 1;
-	FILE *f = fopen("/proc/self/status", "re");
-	if (!f)
+	/* open/read, never stdio: this runs inside malloc, whose caller may
+	 * hold a FILE's lock while fflush(NULL) in another thread holds
+	 * stdio's list lock and waits for it (fopen takes the list lock). */
+	char status[4096];
+	if (rdmalloc_os_read_file("/proc/self/status", status, sizeof(status)) < 0)
 		return 1;
-	char line[256];
-	unsigned long long cap = 0, pin_kb = 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, "CapEff:", 7))
-			cap = strtoull(line + 7, NULL, 16);
-		else if (!strncmp(line, "VmPin:", 6))
-			pin_kb = strtoull(line + 6, NULL, 10);
-	}
-	fclose(f);
+	unsigned long long cap = status_field(status, "CapEff:", 16);
+	unsigned long long pin_kb = status_field(status, "VmPin:", 10);
 	if (cap & (1ull << 14)) /* CAP_IPC_LOCK: the limit does not apply */
 		return 1;
 	return (unsigned long long)len <= rl.rlim_cur && pin_kb << 10 <= rl.rlim_cur - len;

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "compiler.h"
 
@@ -37,6 +38,10 @@ RDMALLOC_TESTABLE int rdmalloc_os_dontneed(void *p, size_t len);
  * (MADV_POPULATE_WRITE, Linux 5.14): 0 or errno (EINVAL: no such advice
  * here; ENOMEM, EFAULT: what a registration would have met). */
 int rdmalloc_os_populate(void *p, size_t len);
+/* Read the whole of a small file (one in /proc) into @buf, NUL-terminated,
+ * at most @size - 1 bytes: their count, or -1 with errno.  open/read only:
+ * no stdio lock, no allocation, so fit for inside malloc. */
+ssize_t rdmalloc_os_read_file(const char *path, char *buf, size_t size);
 /* Whether @len more bytes may be pinned by a registration, as the kernel
  * will judge it: CAP_IPC_LOCK, or RLIMIT_MEMLOCK unlimited or above the
  * pages pinned now (VmPin) plus @len.  Reads /proc/self/status: for big

@@ -16,21 +16,37 @@
  * function makes a chunk inside the lock (a domain or directory name of
  * 40 MiB, copied there), then another thread must get through strerror(),
  * dgettext(), textdomain() and bindtextdomain() within 20 s.
- *   libc_locks textdomain|bindtextdomain
+ *
+ * stdio: fflush(NULL) holds stdio's list lock and waits for each FILE's
+ * lock, whose holder may be growing the FILE's buffer in malloc; nothing
+ * of a malloc may take the list lock (fopen does).  With a finite
+ * RLIMIT_MEMLOCK and the crew's workers started (RDMALLOC_REG_THREADS=2),
+ * a chunk of 16 MiB or more is first checked against the limit
+ * (rdmalloc_os_may_pin, which read /proc/self/status with fopen): this
+ * thread holds the list lock while another mallocs such a chunk, which
+ * must be made (populated_chunks) within 20 s.
+ *   libc_locks textdomain|bindtextdomain|stdio
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <libintl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "rdma_malloc.h"
 
 #define BIG ((size_t)40 << 20)
+
+/* glibc's, exported but in no header: stdio's list lock, as fflush(NULL),
+ * fopen and fclose take it. */
+extern void _IO_list_lock(void);
+extern void _IO_list_unlock(void);
 
 /* The catalogue, read and written, by another thread. */
 static void *use_catalogue(void *arg)
@@ -68,6 +84,20 @@ static int catalogue_works(const char *after)
 	return 0;
 }
 
+static int (*stats_get)(struct rdma_malloc_stats *);
+
+static int stats(struct rdma_malloc_stats *st)
+{
+	*st = (struct rdma_malloc_stats){ .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(*st) };
+	if (!stats_get)
+		stats_get = (int (*)(struct rdma_malloc_stats *))dlsym(RTLD_DEFAULT, "rdma_malloc_stats_get");
+	if (!stats_get || stats_get(st)) {
+		printf("FAIL: no rdma_malloc_stats_get\n");
+		return 1;
+	}
+	return 0;
+}
+
 static int one_case(int bind)
 {
 	void (*fail_from)(unsigned long) = (void (*)(unsigned long))dlsym(RTLD_DEFAULT, "fake_fail_reg_from");
@@ -84,14 +114,9 @@ static int one_case(int bind)
 	memset(name, 'd', BIG);
 	name[0] = '/';
 	name[BIG] = '\0';
-	int (*stats_get)(struct rdma_malloc_stats *) =
-		(int (*)(struct rdma_malloc_stats *))dlsym(RTLD_DEFAULT, "rdma_malloc_stats_get");
-	struct rdma_malloc_stats before = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(before) };
-	struct rdma_malloc_stats st = before;
-	if (!stats_get || stats_get(&before)) {
-		printf("FAIL: no rdma_malloc_stats_get\n");
+	struct rdma_malloc_stats before, st;
+	if (stats(&before))
 		return 1;
-	}
 	fail_from(1); /* from now on every registration is refused */
 	const char *what = bind ? "bindtextdomain" : "textdomain";
 	if (!(bind ? bindtextdomain("rdmalloc-big", name) : textdomain(name))) {
@@ -99,7 +124,7 @@ static int one_case(int bind)
 		return 1;
 	}
 	/* Read at once: only the call in between made a chunk. */
-	if (stats_get(&st) || st.refused_chunks == before.refused_chunks) {
+	if (stats(&st) || st.refused_chunks == before.refused_chunks) {
 		printf("FAIL: %s made no chunk that was refused registration: the case tests nothing\n", what);
 		return 1;
 	}
@@ -111,10 +136,88 @@ static int one_case(int bind)
 	return 0;
 }
 
+static void *big_malloc(void *arg)
+{
+	(void)arg;
+	char *p = malloc(BIG);
+	if (!p)
+		return "malloc failed";
+	memset(p, 1, BIG);
+	free(p);
+	return NULL;
+}
+
+static int stdio_case(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl)) {
+		printf("FAIL: getrlimit\n");
+		return 1;
+	}
+	/* Finite, so that the check runs; with room for the chunks (or
+	 * CAP_IPC_LOCK), so that it says yes and the chunk is populated. */
+	const rlim_t want = (rlim_t)4 << 30, room = (rlim_t)256 << 20;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur < room) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+		if (setrlimit(RLIMIT_MEMLOCK, &rl)) {
+			printf("FAIL: setrlimit(RLIMIT_MEMLOCK)\n");
+			return 1;
+		}
+	}
+	/* The first big chunk starts the crew's workers (after its call). */
+	if (big_malloc(NULL)) {
+		printf("FAIL: malloc of 40 MiB\n");
+		return 1;
+	}
+	struct rdma_malloc_stats before, st;
+	if (stats(&before))
+		return 1;
+	_IO_list_lock();
+	pthread_t t;
+	if (pthread_create(&t, NULL, big_malloc, NULL)) {
+		_IO_list_unlock();
+		printf("FAIL: pthread_create\n");
+		return 1;
+	}
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 20;
+	void *res;
+	int err = pthread_timedjoin_np(t, &res, &deadline);
+	_IO_list_unlock();
+	if (err == ETIMEDOUT) {
+		printf("FAIL: a malloc of 40 MiB waits for stdio's list lock (held here, as fflush(NULL) "
+		       "holds it)\n");
+		pthread_join(t, NULL);
+		return 1;
+	}
+	if (err || res) {
+		printf("FAIL: %s\n", err ? strerror(err) : (const char *)res);
+		return 1;
+	}
+	if (stats(&st))
+		return 1;
+	if (st.populated_chunks == before.populated_chunks && rl.rlim_cur < room) {
+		printf("SKIP: RLIMIT_MEMLOCK is %llu bytes at most here: the check refuses the chunk, which "
+		       "shows nothing\n", (unsigned long long)rl.rlim_cur);
+		return 77;
+	}
+	if (st.populated_chunks == before.populated_chunks) {
+		printf("FAIL: the malloc populated no chunk (populated_chunks %llu): the limit was not checked, "
+		       "the case tests nothing\n", (unsigned long long)st.populated_chunks);
+		return 1;
+	}
+	printf("ok: a 40 MiB chunk was checked against RLIMIT_MEMLOCK and made while stdio's list lock "
+	       "was held\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "stdio"))
+		return stdio_case();
 	if (argc != 2 || (strcmp(argv[1], "textdomain") && strcmp(argv[1], "bindtextdomain"))) {
-		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain\n");
+		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain|stdio\n");
 		return 2;
 	}
 	return one_case(argv[1][0] == 'b');
