@@ -265,8 +265,9 @@ static int in_step(const struct rdmalloc_chunk *c)
  * that fits: the thread replaces a mispredicted one (reserve.c).  When the
  * thread is making exactly this chunk, growth outran it: waiting for the
  * rest of that registration beats starting one of our own
- * (reserve_waits).  The thread needs no lock of jemalloc's, and a fork
- * child has none to wait for (reserves_forget).
+ * (reserve_waits), up to rdmalloc_fill_wait_ns (reserve.h).  The thread
+ * needs no lock of jemalloc's, and a fork child has none to wait for
+ * (reserves_forget).
  */
 static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, size_t size, size_t align,
 					    unsigned *used, int *resync)
@@ -279,8 +280,15 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 		 * cancelled, this growth registers its own. */
 		unsigned seq = r->fill_seq;
 		STAT_INC(reserve_waits);
-		while (!r->ready && r->filling && r->fill_seq == seq && !r->cancelled)
-			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
+		while (!r->ready && r->filling && r->fill_seq == seq && !r->cancelled) {
+			if (rdmalloc_now_ns() >= deadline) { /* reserve.h: it registers its own */
+				rdmalloc_chunk_unlock();
+				rdmalloc_reserve_wait_timed_out("the reserve chunk being made for it");
+				return NULL;
+			}
+			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+		}
 	}
 	struct rdmalloc_chunk *c = spec->reserve.ready;
 	if (!c || c->size != size || (c->base & (align - 1)) || c->busy) {

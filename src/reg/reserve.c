@@ -310,6 +310,18 @@ void rdmalloc_reserve_close(struct rdmalloc_reserve *r)
 	rdmalloc_chunk_drop_reserve(r);
 }
 
+RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
+
+void rdmalloc_reserve_wait_timed_out(const char *what)
+{
+	STAT_INC(reserve_wait_timeouts);
+	STAT_INC(fallbacks);
+	rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation stopped waiting for %s after %llu ms (its "
+			  "ibv_reg_mr may wait for a lock the allocating thread holds) and went on without it "
+			  "(further ones are only counted in reserve_wait_timeouts)",
+			  what, (unsigned long long)(rdmalloc_fill_wait_ns / 1000000u));
+}
+
 size_t rdmalloc_reserves_drop(int wait)
 {
 	rdmalloc_chunk_lock();
@@ -318,14 +330,22 @@ size_t rdmalloc_reserves_drop(int wait)
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next)
 		r->cancelled |= r->filling != 0;
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a growth waiting for a cancelled fill goes on */
-	while (wait && fills)
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	int late = 0;
+	if (wait && fills) {
+		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
+		while (fills && !(late = rdmalloc_now_ns() >= deadline))
+			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+	}
 	size_t bytes = 0;
 	for (;;) {
 		struct rdmalloc_reserve *r = reserves;
 		while (r && !r->ready)
 			r = r->list_next;
 		rdmalloc_chunk_unlock();
+		if (late) {
+			rdmalloc_reserve_wait_timed_out("the reserve's registration thread to drop its chunks");
+			late = 0;
+		}
 		if (!r)
 			return bytes;
 		bytes += rdmalloc_chunk_drop_reserve(r);

@@ -115,9 +115,25 @@ void rdmalloc_reserve_set_tick(uint64_t (*tick)(void));
 void rdmalloc_reserve_close(struct rdmalloc_reserve *r);
 /* Memory pressure or a trim: release every ready chunk (reserve_discards)
  * and forget the queue; chunks being made are dropped when made, or, with
- * @wait (memory pressure: what they hold is wanted now), waited for and
- * dropped.  Returns the bytes released.  No lock held. */
+ * @wait (memory pressure: what they hold is wanted now), waited for (up to
+ * rdmalloc_fill_wait_ns) and dropped.  Returns the bytes released.  No
+ * lock held. */
 size_t rdmalloc_reserves_drop(int wait);
+/*
+ * How long an allocation waits for the thread (a growth for the chunk being
+ * made for it, a relief for the fills under way): the thread calls
+ * ibv_reg_mr and its provider, which may take a lock that the allocating
+ * thread holds (the program called malloc holding it), so no allocation
+ * waits for it without end.  Past the deadline the growth registers its
+ * own chunk, the relief goes on without what the fills hold, and the
+ * thread's chunk is dropped when made; counted in reserve_wait_timeouts
+ * and fallbacks, said once.  Tests shorten it.
+ */
+#define RDMALLOC_FILL_WAIT_NS (5ull * 1000000000u)
+extern RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns;
+/* An allocation stopped waiting for the thread (@what: what it waited
+ * for): counted and said, as above.  No lock held. */
+void rdmalloc_reserve_wait_timed_out(const char *what);
 /* Between a relief of memory pressure and its retry (hold.c): the thread
  * starts no chunk, so that another heap's reserve does not take what went
  * back for the retry.  Counted: every hold_off is followed by one resume.

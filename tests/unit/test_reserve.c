@@ -11,6 +11,7 @@
  * Soft-RoCE guest.
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -200,6 +201,123 @@ Test(reserve, growth_waits_for_the_chunk_being_made)
 	cr_assert_eq(st.inline_chunks, 1);
 	cr_assert_eq(st.reserve_hits, 2);
 	cr_assert_eq(st.reserve_discards, 0);
+	check_accounting(1);
+}
+
+/* The thread stays inside ibv_reg_mr until a watchdog lets it go after
+ * 20 s, or when the test says it is done (watch_done): the watchdog says
+ * whether it had to (released). */
+static atomic_int released;
+static sem_t watch_sem;
+static pthread_t watch_thread;
+
+static void *watchdog(void *arg)
+{
+	(void)arg;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	while (sem_timedwait(&watch_sem, &until) && errno == EINTR)
+		;
+	if (errno == ETIMEDOUT)
+		atomic_store(&released, 1);
+	fake_release_reg();
+	return NULL;
+}
+
+static void watch_start(void)
+{
+	atomic_store(&released, 0);
+	errno = 0;
+	cr_assert_eq(sem_init(&watch_sem, 0, 0), 0);
+	cr_assert_eq(pthread_create(&watch_thread, NULL, watchdog, NULL), 0);
+}
+
+/* Lets the thread go; 1 if the watchdog had to. */
+static int watch_done(void)
+{
+	sem_post(&watch_sem);
+	pthread_join(watch_thread, NULL);
+	sem_destroy(&watch_sem);
+	return atomic_load(&released);
+}
+
+/* The thread's ibv_reg_mr may wait for a lock that the growing thread
+ * holds (a provider's; glibc's when a message took one): a growth waits
+ * for the chunk being made for it at most rdmalloc_fill_wait_ns, then
+ * registers its own, counted and said once.  Before, it waited for ever. */
+Test(reserve, growth_stops_waiting_for_a_stuck_fill, .init = NULL)
+{
+	cr_redirect_stderr();
+	install(1);
+	rdma_heap_t *h = grown_heap();
+	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
+	fake_block_next_reg();
+	grow(h); /* hand-over; the thread blocks inside ibv_reg_mr for the next one */
+	fake_wait_blocked();
+	struct rdma_malloc_stats s0 = stats();
+	watch_start();
+	double t0 = now_s();
+	void *p = grow(h); /* stays inside the thread's wait, as it would inside a lock */
+	double waited = now_s() - t0;
+	int stuck = watch_done();
+	rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
+	cr_assert(!stuck, "the growth waited for the stuck fill until it was let go (20 s)");
+	cr_assert_geq(waited, 0.19, "it did not wait for the fill first (%.3f s)", waited);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_waits, s0.reserve_waits + 1);
+	cr_assert_eq(st.reserve_wait_timeouts, s0.reserve_wait_timeouts + 1);
+	cr_assert_eq(st.fallbacks, s0.fallbacks + 1);
+	cr_assert_eq(st.inline_chunks, s0.inline_chunks + 1, "the growth did not register its own");
+	cr_assert(fake_find(fake_pd(0), p), "the growth's chunk has no region");
+	fflush(stderr);
+	cr_assert_stderr_neq_str("", "the timeout was not said");
+	rdmalloc_reserves_settle();
+	check_accounting(1);
+}
+
+/* The same for a relief of memory pressure, which waits for the fills
+ * under way to drop what they hold: under RDMALLOC_MAX_REGISTERED, 2 +
+ * 2.5 + 3 + 3.5 MiB in use and a 4 MiB fill stuck leave 3 MiB of 18, and
+ * a 6 MiB chunk fits only without the fill.  The relief stops waiting, the
+ * allocation fails (ENOMEM, as it would have if the fill had been slow to
+ * end), and the fill's chunk is dropped once made: then it fits. */
+Test(reserve, relief_stops_waiting_for_a_stuck_fill, .init = NULL)
+{
+	cr_redirect_stderr();
+	setenv("RDMALLOC_MAX_REGISTERED", "18M", 1);
+	install(1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	for (int i = 0; i < 3; i++) {
+		grow(h);
+		rdmalloc_reserves_settle();
+	}
+	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
+	fake_block_next_reg();
+	grow(h); /* hand-over of 3.5 MiB; the thread blocks making 4 MiB */
+	fake_wait_blocked();
+	struct rdma_malloc_stats s0 = stats();
+	watch_start();
+	double t0 = now_s();
+	errno = 0;
+	void *big = rdma_heap_malloc(h, 5 * MiB + MiB / 2);
+	int err = errno;
+	double waited = now_s() - t0;
+	int stuck = watch_done();
+	rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
+	cr_assert(!stuck, "the relief waited for the stuck fill until it was let go (20 s)");
+	cr_assert_geq(waited, 0.19, "the relief did not wait for the fill first (%.3f s)", waited);
+	cr_assert_null(big, "allocated although the fill held its bytes");
+	cr_assert_eq(err, ENOMEM);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_geq(st.reserve_wait_timeouts, s0.reserve_wait_timeouts + 1);
+	cr_assert_geq(st.fallbacks, s0.fallbacks + 1);
+	rdmalloc_reserves_settle(); /* the fill, cancelled, drops its chunk */
+	st = stats();
+	cr_assert_eq(st.reserve_chunks, 0, "the cancelled fill's chunk was kept");
+	big = rdma_heap_malloc(h, 5 * MiB + MiB / 2);
+	cr_assert(big, "refused once the fill was dropped: %s", strerror(errno));
 	check_accounting(1);
 }
 
@@ -446,8 +564,6 @@ Test(reserve, fork_child_does_not_wait)
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child with a ready reserve: status %#x", status);
 	check_accounting(1);
 }
-
-static atomic_int released;
 
 /* Let the blocked registration go after @arg's milliseconds (NULL: 300). */
 static void *release_later(void *arg)
