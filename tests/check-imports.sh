@@ -1,24 +1,84 @@
 #!/bin/sh
-# Fails when a library imports a libc function that takes the message
+# Fails when rdmalloc's code calls a libc function that takes the message
 # catalogue's lock or the locale's (strerror, gettext, setlocale...).  The
 # library runs inside malloc, and programs call malloc holding those locks
 # (bindtextdomain and textdomain hold the catalogue's for writing): a read
 # lock taken there corrupts it, and the program later hangs (log.h's
-# rdmalloc_strerror; tests/preload/libc_locks.c shows it).  strerror_r is
-# jemalloc's own (its buferror, when a munmap of its own fails), as in
-# plain jemalloc.
-#   check-imports.sh LIB...
+# rdmalloc_strerror; tests/preload/libc_locks.c shows it).
+#   check-imports.sh SRCDIR FILE...
+# FILE: a shared library (its dynamic imports: ours and the jemalloc linked
+# into it, whose buferror calls strerror_r when a munmap of its own fails,
+# as in plain jemalloc), with its own objects beside it (FILE.p/*.o, as
+# meson builds them); or an archive of ours (each member).  Our objects may
+# not call strerror_r either, nor dlerror (it translates) but where it
+# runs outside every malloc: sys/verbs.c (rdmalloc_init: the drop-in's
+# constructor, a first API call or key lookup) and preload/elide.c (a
+# missing libibverbs symbol, before the fatal message).  And no format
+# string of SRCDIR's src/ and preload/ may hold %m (strerror inside printf).
 set -eu
 bad='strerror|strerror_l|strsignal|perror|psignal|gettext|dgettext|dcgettext|ngettext|dngettext|dcngettext|__dcgettext|textdomain|bindtextdomain|setlocale|newlocale|uselocale|nl_langinfo|localeconv|err|errx|verr|verrx|warn|warnx|vwarn|vwarnx|error|error_at_line|syslog|vsyslog'
+ours="$bad|strerror_r|__xpg_strerror_r|dlerror"
+src=$1
+shift
 rc=0
-for lib in "$@"; do
-	imports=$(nm -D --undefined-only "$lib") || { echo "FAIL: nm cannot read $lib"; exit 1; }
-	found=$(printf '%s\n' "$imports" | awk '{print $2}' | sed 's/@.*//' | grep -Ex "$bad" || true)
+
+# $1: what is checked; $2: undefined symbols, one "name" per line; $3: the
+# names forbidden there.
+judge() {
+	found=$(printf '%s\n' "$2" | sed 's/@.*//' | grep -Ex "$3" | sort -u || true)
 	if [ -n "$found" ]; then
-		echo "FAIL: $(basename "$lib") imports what takes libc's catalogue or locale lock: $(echo $found)"
+		echo "FAIL: $1 imports what takes libc's catalogue or locale lock: $(echo $found)"
 		rc=1
-	else
-		echo "ok: $(basename "$lib") imports none of libc's catalogue or locale functions"
 	fi
+}
+
+# $1: an object or archive; every object in it, judged by its own name.
+objects() {
+	listing=$(nm -A --undefined-only "$1") || { echo "FAIL: nm cannot read $1"; exit 1; }
+	if [ -z "$listing" ]; then # calls nothing: nothing to judge
+		n=$((n + 1))
+		return
+	fi
+	for obj in $(printf '%s\n' "$listing" | awk -F: '{print $(NF-1)}' | sort -u); do
+		names=$(printf '%s\n' "$listing" | awk -F: -v o="$obj" '$(NF-1) == o {print $NF}' | awk '{print $NF}')
+		case $(basename "$obj") in
+		*sys_verbs.c.o|*elide.c.o) judge "$(basename "$obj")" "$names" "$(echo "$ours" | sed 's/|dlerror$//')" ;;
+		*) judge "$(basename "$obj")" "$names" "$ours" ;;
+		esac
+		n=$((n + 1))
+	done
+}
+
+for f in "$@"; do
+	n=0
+	case $f in
+	*.a)
+		objects "$f"
+		[ $n -gt 0 ] || { echo "FAIL: no object in $f"; exit 1; }
+		echo "checked $(basename "$f"): $n objects of ours"
+		;;
+	*)
+		imports=$(nm -D --undefined-only "$f") || { echo "FAIL: nm cannot read $f"; exit 1; }
+		judge "$(basename "$f")" "$(printf '%s\n' "$imports" | awk '{print $2}')" "$bad"
+		[ -d "$f.p" ] || { echo "FAIL: no $f.p beside $f: its own objects are unchecked"; exit 1; }
+		for o in "$f".p/*.o; do
+			objects "$o"
+		done
+		[ $n -gt 0 ] || { echo "FAIL: no object in $f.p"; exit 1; }
+		echo "checked $(basename "$f"): its imports and $n objects of its own"
+		;;
+	esac
 done
+
+# printf's %m is strerror, inside the library's own formatting.
+for d in "$src/src" "$src/preload"; do
+	[ -d "$d" ] || { echo "FAIL: no $d"; exit 1; }
+done
+m=$(grep -rnE --include='*.c' --include='*.h' --include='*.cc' '"([^"\\]|\\.)*%m' "$src/src" "$src/preload" || true)
+if [ -n "$m" ]; then
+	echo "FAIL: a format with %m (strerror inside printf):"
+	echo "$m"
+	rc=1
+fi
+[ $rc -eq 0 ] && echo "ok: no object of ours calls what takes libc's catalogue or locale lock; jemalloc's strerror_r only"
 exit $rc
