@@ -13,6 +13,7 @@
  * published before is found by the scan.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -167,10 +168,13 @@ RDMA_EXPORT int rdma_heap_set_access(rdma_heap_t *heap, unsigned int access, uns
 		rdmalloc_chunks_bump_gen();
 		stamp = atomic_fetch_add(&rdmalloc_rereg_stamp, 1) + 1;
 		int e2 = rdmalloc_chunks_rereg(h, old, 0, stamp, rec, &kc, &changed);
-		if (e2)
+		if (e2) {
+			char first[64]; /* rdmalloc_strerror: one call per message */
+			snprintf(first, sizeof(first), "%s", rdmalloc_strerror(err));
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "changing a heap's access flags failed (%s) and "
 				     "changing them back failed too (%s): its chunks have mixed flags",
-				     rdmalloc_strerror(err), rdmalloc_strerror(e2));
+				     first, rdmalloc_strerror(e2));
+		}
 	}
 	if (changed)
 		rdmalloc_heap_bump_key_gen(h);

@@ -39,7 +39,9 @@ RDMALLOC_TESTABLE void rdmalloc_log(int level, const char *fmt, ...) __attribute
  * lock for writing (bindtextdomain, textdomain).  There glibc answers the
  * writer's read lock with EDEADLK, the catalogue ignores that and unlocks,
  * and the lock is corrupt: the program's next strerror() or gettext() may
- * hang for ever (tests/preload/libc_locks.c).  No lock, no allocation. */
+ * hang for ever (tests/preload/libc_locks.c).  No lock, no allocation.
+ * An unknown code's text is in a buffer of the thread's, which its next
+ * call overwrites: one call per message. */
 const char *rdmalloc_strerror(int err);
 
 /* Logs and aborts: for broken invariants and invalid frees. */
