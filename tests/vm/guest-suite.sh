@@ -108,8 +108,10 @@ run "fork torture (drop-in)" env LD_PRELOAD="$build/preload/librdmalloc-preload.
 real=$(mktemp "${TMPDIR:-/tmp}/rdmalloc-real-programs.XXXXXX")
 real_t0=$SECONDS
 # --foreground: at the deadline only the script is stopped, not the process
-# group, so that what its programs were doing can still be shown (below).
-timeout --foreground 1200 "$build/tests/preload/memlock-user.sh" "$build" >"$real" 2>&1 &
+# group, so that what its programs were doing can still be shown (below);
+# by SIGKILL (status 137), so that its EXIT trap does not delete the copy
+# of the drop-in those programs run, which gdb then reads.
+timeout --foreground -s KILL 1200 "$build/tests/preload/memlock-user.sh" "$build" >"$real" 2>&1 &
 real_pid=$!
 # The engines RDMA users run (UCX, Open MPI, MPICH, libfabric, rdma_cm),
 # between the guest's two hosts (tools/rdmalloc-vm --hosts 2), under the
@@ -119,10 +121,11 @@ real_programs() { # the verdict of the run started before the engines
 	wait "$real_pid"
 	local rc=$?
 	cat "$real"
-	if ((rc == 124)); then
+	if ((rc == 137)); then
 		echo "(stopped after 1200 s; what its user's processes were doing:)"
 		"$here/stacks.sh" $(pgrep -u 65534) | sed 's/^/#   /'
 		pkill -KILL -u 65534
+		rm -rf /tmp/rdmalloc-memlock.* # its copies, the trap's job
 	fi
 	echo "(started with the engines, $((SECONDS - real_t0)) s ago)"
 	rm -f "$real"
