@@ -655,7 +655,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(refused_chunks, counter, "chunks the drop-in left unregistered: their registration was refused (RDMALLOC_MAX_REGISTERED, RLIMIT_MEMLOCK, a failure)") \
 	X(demand_registrations, counter, "registrations made on first use: a lookup or an elided ibv_reg_mr needed them") \
 	X(demand_refusals, counter, "registrations on first use refused: the lookup failed, the ibv_reg_mr went to libibverbs") \
-	X(pinned_bytes, gauge, "bytes of chunks held for registration, counted once whatever the PDs: the rdma_* heaps' from creation, the drop-in's while registered; what RDMALLOC_MAX_REGISTERED limits") \
+	X(pinned_bytes, gauge, "bytes of chunks held for registration, counted once whatever the PDs (none attached yet included): the rdma_* heaps' and an eager drop-in's from creation, the drop-in's on first use while registered; what RDMALLOC_MAX_REGISTERED limits") \
 	X(peak_pinned_bytes, gauge, "the most pinned_bytes so far")               \
 	X(peak_chunk_bytes, gauge, "the most chunk_bytes so far")                 \
 	X(peak_live_bytes, gauge, "the most live_bytes seen when the stats were read (sampled: at least the peak's lower bound)") \
