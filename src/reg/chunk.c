@@ -274,7 +274,7 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_reserve *r = &spec->reserve;
-	if (!r->ready && r->filling == size && !r->closed && !r->cancelled) {
+	if (!r->ready && r->filling == size && !r->closed && !r->cancelled && !r->late) {
 		/* That fill only: once it ends (another arena may have taken
 		 * its chunk, and the thread started the next), or once it is
 		 * cancelled, this growth registers its own. */
@@ -283,6 +283,7 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
 		while (!r->ready && r->filling && r->fill_seq == seq && !r->cancelled) {
 			if (rdmalloc_now_ns() >= deadline) { /* reserve.h: it registers its own */
+				rdmalloc_reserve_late_locked(r);
 				rdmalloc_chunk_unlock();
 				rdmalloc_reserve_wait_timed_out("the reserve chunk being made for it");
 				return NULL;

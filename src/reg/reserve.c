@@ -43,6 +43,7 @@ atomic_int rdmalloc_reserve_thread_state;
 static struct rdmalloc_reserve *reserves;          /* listed: heaps that grew */
 static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, in order */
 static unsigned fills;                              /* chunks being made or dropped */
+static unsigned late_fills;                         /* of them, late ones (reserve.h) */
 static uint64_t (*tick_fn)(void);                 /* the heap layer's decay tick */
 static uint64_t tick_at;                           /* when it runs next (UINT64_MAX: never) */
 static unsigned tick_asks;                         /* rdmalloc_reserve_want_tick() calls */
@@ -182,6 +183,26 @@ static uint64_t idle_deadline(const struct rdmalloc_reserve *r)
 
 /* Drop @r's ready chunk (chunk lock held; released meanwhile): marked as
  * work under way, so that a close or a fork waits for it. */
+/* The thread's work on @r (a fill, a drop) ends (chunk lock held). */
+static void work_ended(struct rdmalloc_reserve *r)
+{
+	r->filling = 0;
+	fills--;
+	if (r->late) {
+		r->late = 0;
+		late_fills--;
+	}
+}
+
+void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r)
+{
+	r->cancelled = 1;
+	if (r->filling && !r->late) {
+		r->late = 1;
+		late_fills++;
+	}
+}
+
 static void drop_ready(struct rdmalloc_reserve *r)
 {
 	r->filling = SIZE_MAX;
@@ -189,8 +210,7 @@ static void drop_ready(struct rdmalloc_reserve *r)
 	rdmalloc_chunk_unlock();
 	rdmalloc_chunk_drop_reserve(r);
 	rdmalloc_chunk_lock();
-	r->filling = 0;
-	fills--;
+	work_ended(r);
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 }
 
@@ -275,8 +295,7 @@ static void *registrar(void *arg)
 					  "in reserve_skipped)", size, rdmalloc_strerror(err));
 		}
 		rdmalloc_chunk_lock();
-		r->filling = 0;
-		fills--;
+		work_ended(r);
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* close and drop may wait for it */
 	}
 	return NULL;
@@ -331,10 +350,14 @@ size_t rdmalloc_reserves_drop(int wait)
 		r->cancelled |= r->filling != 0;
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a growth waiting for a cancelled fill goes on */
 	int late = 0;
-	if (wait && fills) {
+	if (wait && fills > late_fills) {
 		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
-		while (fills && !(late = rdmalloc_now_ns() >= deadline))
+		while (fills > late_fills && !(late = rdmalloc_now_ns() >= deadline))
 			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+		if (late)
+			for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next)
+				if (r->filling)
+					rdmalloc_reserve_late_locked(r);
 	}
 	size_t bytes = 0;
 	for (;;) {
@@ -419,8 +442,10 @@ size_t rdmalloc_reserves_forget(void)
 			r->filling = 0;
 			r->next = 0;
 		}
+		r->late = 0;
 	}
 	fills = 0;
+	late_fills = 0;
 	int state = atomic_load(&rdmalloc_reserve_thread_state);
 	atomic_store(&rdmalloc_reserve_thread_state, state == 2 ? (queue ? 1 : 0) : state);
 	return held;

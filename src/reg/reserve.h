@@ -41,6 +41,8 @@ struct rdmalloc_reserve {
 	int queued;     /* on the thread's work queue */
 	int closed;     /* its heap is being destroyed: never filled again */
 	int cancelled;  /* the chunk being made is dropped when made (a trim) */
+	int late;       /* the work under way outlasted an allocation's wait: no allocation waits for
+			   it again (rdmalloc_fill_wait_ns) */
 	struct rdmalloc_reserve *list_next, *queue_next;
 };
 
@@ -127,10 +129,15 @@ size_t rdmalloc_reserves_drop(int wait);
  * waits for it without end.  Past the deadline the growth registers its
  * own chunk, the relief goes on without what the fills hold, and the
  * thread's chunk is dropped when made; counted in reserve_wait_timeouts
- * and fallbacks, said once.  Tests shorten it.
+ * and fallbacks, said once.  That work is then late: until it ends, no
+ * allocation waits for it again, so that one stuck call costs one wait,
+ * not one per relief or growth.  Tests shorten it.
  */
 #define RDMALLOC_FILL_WAIT_NS (5ull * 1000000000u)
 extern RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns;
+/* @r's work under way outlasted a wait: late, and its chunk dropped when
+ * made (chunk lock held). */
+void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r);
 /* An allocation stopped waiting for the thread (@what: what it waited
  * for): counted and said, as above.  No lock held. */
 void rdmalloc_reserve_wait_timed_out(const char *what);
