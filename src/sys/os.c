@@ -177,15 +177,49 @@ ssize_t rdmalloc_os_read_file(const char *path, char *buf, size_t size)
 	return (ssize_t)n;
 }
 
-/* The number after @key at the start of a line of @text, in @base; 0 if
- * there is none. */
-static unsigned long long status_field(const char *text, const char *key, int base)
+int rdmalloc_os_read_status(const char *path, unsigned long long *cap, unsigned long long *pin_kb)
 {
-	size_t n = strlen(key);
-	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
-		if (!strncmp(l, key, n))
-			return strtoull(l + n, NULL, base);
-	return 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	/* Line by line through a small buffer: a line longer than it (the
+	 * Groups of a user in hundreds of groups) is skipped, never cut, so
+	 * that the lines after it are still read whole. */
+	char buf[256];
+	size_t have = 0;
+	int skipping = 0, seen = 0;
+	*cap = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - 1 - have);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		have += (size_t)r;
+		buf[have] = '\0';
+		char *line = buf, *nl;
+		while ((nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
+			*nl = '\0';
+			if (skipping)
+				skipping = 0;
+			else if (!strncmp(line, "CapEff:", 7))
+				*cap = strtoull(line + 7, NULL, 16);
+			else if (!strncmp(line, "VmPin:", 6)) {
+				*pin_kb = strtoull(line + 6, NULL, 10);
+				seen = 1;
+			}
+			line = nl + 1;
+		}
+		size_t rest = have - (size_t)(line - buf);
+		if (rest == sizeof(buf) - 1) { /* no end of line in a full buffer */
+			skipping = 1;
+			rest = 0;
+		}
+		memmove(buf, line, rest);
+		have = rest;
+	}
+	close(fd);
+	return seen ? 0 : -1;
 }
 
 int rdmalloc_os_may_pin(size_t len)
@@ -196,11 +230,9 @@ int rdmalloc_os_may_pin(size_t len)
 	/* open/read, never stdio: this runs inside malloc, whose caller may
 	 * hold a FILE's lock while fflush(NULL) in another thread holds
 	 * stdio's list lock and waits for it (fopen takes the list lock). */
-	char status[4096];
-	if (rdmalloc_os_read_file("/proc/self/status", status, sizeof(status)) < 0)
+	unsigned long long cap, pin_kb;
+	if (rdmalloc_os_read_status("/proc/self/status", &cap, &pin_kb))
 		return 1;
-	unsigned long long cap = status_field(status, "CapEff:", 16);
-	unsigned long long pin_kb = status_field(status, "VmPin:", 10);
 	if (cap & (1ull << 14)) /* CAP_IPC_LOCK: the limit does not apply */
 		return 1;
 	return (unsigned long long)len <= rl.rlim_cur && pin_kb << 10 <= rl.rlim_cur - len;

@@ -42,6 +42,11 @@ int rdmalloc_os_populate(void *p, size_t len);
  * at most @size - 1 bytes: their count, or -1 with errno.  open/read only:
  * no stdio lock, no allocation, so fit for inside malloc. */
 ssize_t rdmalloc_os_read_file(const char *path, char *buf, size_t size);
+/* From a /proc/PID/status file: *@cap the effective capabilities (CapEff,
+ * 0 if absent) and *@pin_kb the kibibytes pinned (VmPin).  0, or -1 if it
+ * cannot be read or has no VmPin.  open/read only, as above. */
+RDMALLOC_TESTABLE int rdmalloc_os_read_status(const char *path, unsigned long long *cap,
+					      unsigned long long *pin_kb);
 /* Whether @len more bytes may be pinned by a registration, as the kernel
  * will judge it: CAP_IPC_LOCK, or RLIMIT_MEMLOCK unlimited or above the
  * pages pinned now (VmPin) plus @len.  Reads /proc/self/status: for big

@@ -13,6 +13,7 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "crew.h"
+#include "os.h"
 #include "fake_verbs.h"
 #include "fork.h"
 #include "rdma_malloc.h"
@@ -303,4 +305,46 @@ Test(crew, fork_goes_ahead_once_a_part_outlasts_its_wait)
 	pthread_join(go, NULL);
 	pthread_join(job, NULL);
 	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+}
+
+/* A status file of @groups ten-digit groups, then CapEff and VmPin (when
+ * @vmpin), read back by the limit's check (os.h); its path in @path. */
+static void status_file(char *path, unsigned groups, int vmpin)
+{
+	strcpy(path, "/tmp/rdmalloc-status.XXXXXX");
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	cr_assert(f);
+	fprintf(f, "Name:\ttest\nUmask:\t0022\nGroups:\t");
+	for (unsigned i = 0; i < groups; i++)
+		fprintf(f, "%u ", 1000000000u + i);
+	/* 254 characters and a newline: the buffer's size to the byte */
+	fprintf(f, "\nX:%251s\nCapEff:\t0000000000004000\n", "");
+	if (vmpin)
+		fprintf(f, "VmPin:\t    1234 kB\n");
+	fprintf(f, "Threads:\t1\n");
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* Before, the file was read whole into 4 KiB: a user in a few hundred
+ * groups (common with LDAP) lost CapEff and VmPin, read as 0, and a chunk
+ * the limit refuses was populated first. */
+Test(crew, the_limit_check_reads_status_past_a_long_groups_line)
+{
+	char path[64];
+	unsigned long long cap = 1, pin = 0;
+	for (unsigned groups = 0; groups <= 1200; groups += 300) {
+		status_file(path, groups, 1);
+		int rc = rdmalloc_os_read_status(path, &cap, &pin);
+		unlink(path);
+		cr_assert_eq(rc, 0, "%u groups: VmPin not found", groups);
+		cr_assert_eq(cap, 0x4000ull, "%u groups: CapEff %#llx", groups, cap);
+		cr_assert_eq(pin, 1234ull, "%u groups: VmPin %llu", groups, pin);
+	}
+	status_file(path, 400, 0);
+	cr_assert_eq(rdmalloc_os_read_status(path, &cap, &pin), -1, "no VmPin, and it says it read one");
+	unlink(path);
+	cr_assert_eq(rdmalloc_os_read_status("/nonexistent/status", &cap, &pin), -1);
+	cr_assert_eq(rdmalloc_os_read_status("/proc/self/status", &cap, &pin), 0, "this process's");
 }

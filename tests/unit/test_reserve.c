@@ -11,7 +11,6 @@
  * Soft-RoCE guest.
  */
 #include <criterion/criterion.h>
-#include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
@@ -34,6 +33,7 @@
 #include "os.h"
 #include "reserve.h"
 #include "rdma_malloc.h"
+#include "stderr_said.h"
 #include "thread_named.h"
 #include "clock_now.h"
 
@@ -245,12 +245,8 @@ static int watch_done(void)
 /* What the library wrote to the redirected stderr holds @text. */
 static void said(const char *text)
 {
-	fflush(stderr);
-	FILE *f = cr_get_redirected_stderr();
 	static char buf[8192];
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	cr_assert(strstr(buf, text), "not said: \"%s\"; stderr: %s", text, buf);
+	cr_assert(strstr(stderr_said(buf, sizeof(buf)), text), "not said: \"%s\"; stderr: %s", text, buf);
 }
 
 /* The thread's ibv_reg_mr may wait for a lock that the growing thread
