@@ -121,8 +121,8 @@ real_programs() { # the verdict of the run started before the engines
 	wait "$real_pid"
 	local rc=$?
 	cat "$real"
-	if ((rc == 137)); then
-		echo "(stopped after 1200 s; what its user's processes were doing:)"
+	if ((rc == 137)); then # the deadline's SIGKILL, or the kernel's (OOM)
+		echo "(killed after $((SECONDS - real_t0)) s, the deadline 1200; what its user's processes were doing:)"
 		"$here/stacks.sh" $(pgrep -u 65534) | sed 's/^/#   /'
 		pkill -KILL -u 65534
 		rm -rf /tmp/rdmalloc-memlock.* # its copies, the trap's job
