@@ -102,6 +102,21 @@ static rdma_heap_t *grown_heap(void)
 	return h;
 }
 
+/* Under RDMALLOC_MAX_REGISTERED=@limit: a LOCAL_WRITE heap grown three
+ * times (2 + 2.5 + 3 MiB) with its 3.5 MiB reserve made. */
+static rdma_heap_t *grown_thrice_under(const char *limit)
+{
+	setenv("RDMALLOC_MAX_REGISTERED", limit, 1);
+	install(1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	for (int i = 0; i < 3; i++) {
+		grow(h);
+		rdmalloc_reserves_settle();
+	}
+	return h;
+}
+
 /* Every live region is of a chunk held, one per chunk and PD. */
 static void check_accounting(unsigned npds)
 {
@@ -294,14 +309,7 @@ Test(reserve, growth_stops_waiting_for_a_stuck_fill, .init = NULL)
 Test(reserve, relief_stops_waiting_for_a_stuck_fill, .init = NULL)
 {
 	cr_redirect_stderr();
-	setenv("RDMALLOC_MAX_REGISTERED", "18M", 1);
-	install(1);
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	for (int i = 0; i < 3; i++) {
-		grow(h);
-		rdmalloc_reserves_settle();
-	}
+	rdma_heap_t *h = grown_thrice_under("18M");
 	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
 	fake_block_next_reg();
 	grow(h); /* hand-over of 3.5 MiB; the thread blocks making 4 MiB */
@@ -531,14 +539,7 @@ Test(reserve, destroy_while_being_made)
  * 3.5 MiB reserve leave 5 MiB of 16; a 6 MiB chunk fits only without it. */
 Test(reserve, limit_gives_up_the_reserve_first, .init = NULL)
 {
-	setenv("RDMALLOC_MAX_REGISTERED", "16M", 1);
-	install(1);
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
-	cr_assert(h);
-	for (int i = 0; i < 3; i++) {
-		grow(h);
-		rdmalloc_reserves_settle();
-	}
+	rdma_heap_t *h = grown_thrice_under("16M");
 	struct rdma_malloc_stats st = stats();
 	cr_assert_eq(st.reserve_chunks, 1);
 	cr_assert_eq(st.chunk_bytes, 11 * MiB, "chunks held %llu, the reserve included",
