@@ -200,6 +200,7 @@ void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r)
 	if (r->filling && !r->late) {
 		r->late = 1;
 		late_fills++;
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* other growths waiting for it go on */
 	}
 }
 
