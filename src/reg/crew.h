@@ -9,19 +9,22 @@
  * nobody touched yet, is faulting its pages in.  So a chunk of at least
  * RDMALLOC_CREW_MIN bytes about to be registered is first populated in
  * slices by every thread of the crew (MADV_POPULATE_WRITE), then
- * registered with each PD once, the PDs at the same time: every block
- * still lies inside one region per PD, whose keys cover the chunk whole.
+ * registered with each PD once by the caller, one PD after another
+ * (region.c): every block still lies inside one region per PD, whose keys
+ * cover the chunk whole, and the pages are present by then, so a second
+ * PD costs little.  No ibv_reg_mr runs on a worker: a provider's lock the
+ * caller holds (the program called malloc holding it) would have the
+ * caller wait for that worker for ever.
  *
  * The crew is the calling thread and RDMALLOC_REG_THREADS - 1 workers.  A
  * job's caller takes parts itself until none is left, then waits only for
  * parts that workers have under way: a job finishes without the workers,
  * alone when they are not started, stopped for a fork, or busy.  Workers
- * hold CREW (a leaf) only between parts; inside a part they take what a
- * registration takes (ODP for implicit ODP regions, NEST for what
- * libibverbs allocates in the drop-in: tls.h), never a lock the caller
- * holds, so a caller may wait for them inside an extent hook, holding
- * jemalloc's growth lock.  Workers are started outside every lock, never in a hook
- * (reserve.h says why): by rdmalloc_crew_start().
+ * hold CREW (a leaf) only between parts; a part is a madvise, which takes
+ * no lock of the program's, so a caller may wait for them inside an
+ * extent hook, holding jemalloc's growth lock, or inside a malloc whose
+ * caller holds its own.  Workers are started outside every lock, never in
+ * a hook (reserve.h says why): by rdmalloc_crew_start().
  */
 #ifndef RDMALLOC_CREW_H
 #define RDMALLOC_CREW_H

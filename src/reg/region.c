@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "counters.h"
-#include "crew.h"
 #include "implicit.h"
 #include "log.h"
 #include "verbs.h"
@@ -114,24 +113,9 @@ int rdmalloc_region_deregister_all(struct rdmalloc_chunk *c)
 	return first;
 }
 
-/* The registrations of one chunk with several PDs, at once (crew.h). */
-struct sync_job {
-	struct rdmalloc_crew_job job;
-	struct rdmalloc_chunk *c;
-	struct ibv_pd *const *want;
-	unsigned slot[RDMA_MALLOC_MAX_PDS];
-	int err[RDMA_MALLOC_MAX_PDS];
-};
-
-static void register_part(struct rdmalloc_crew_job *job, unsigned k)
-{
-	struct sync_job *sj = (struct sync_job *)job;
-	sj->err[k] = rdmalloc_region_register(sj->c, sj->slot[k], sj->want[sj->slot[k]]);
-}
-
 int rdmalloc_region_sync(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDMA_MALLOC_MAX_PDS])
 {
-	struct sync_job sj = { .job = { .part = register_part }, .c = c, .want = want };
+	unsigned slot[RDMA_MALLOC_MAX_PDS], n = 0;
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++) {
 		struct ibv_pd *have = atomic_load_explicit(&c->reg[i].pd, memory_order_relaxed);
 		if (have == want[i] && (!have || c->reg[i].access == rdmalloc_spec_access(c->spec)))
@@ -139,20 +123,19 @@ int rdmalloc_region_sync(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDM
 		if (have)
 			rdmalloc_region_deregister(c, rdmalloc_region_unpublish(c, i));
 		if (want[i])
-			sj.slot[sj.job.parts++] = i;
+			slot[n++] = i;
 	}
-	/* A big chunk's PDs at once, each region registered by one thread;
-	 * a small chunk's one after another (a wake-up costs more). */
-	if (c->map_size >= RDMALLOC_CREW_MIN) {
-		rdmalloc_crew_run(&sj.job);
-	} else {
-		for (unsigned k = 0; k < sj.job.parts; k++)
-			if ((sj.err[k] = rdmalloc_region_register(c, sj.slot[k], want[sj.slot[k]])))
-				return sj.err[k];
+	/* On this thread, one PD after another, never shared with the crew:
+	 * a worker's ibv_reg_mr may wait for a lock this thread holds (the
+	 * program called malloc holding a provider's), and this thread would
+	 * wait for the worker.  Once the crew has populated a big chunk, a
+	 * registration only pins present pages: a second PD costs little
+	 * (doc/benchmarks.md, "Registration in parallel"). */
+	for (unsigned k = 0; k < n; k++) {
+		int err = rdmalloc_region_register(c, slot[k], want[slot[k]]);
+		if (err)
+			return err;
 	}
-	for (unsigned k = 0; k < sj.job.parts; k++)
-		if (sj.err[k])
-			return sj.err[k];
 	return 0;
 }
 

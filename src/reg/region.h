@@ -22,9 +22,9 @@ int rdmalloc_region_deregister(struct rdmalloc_chunk *c, struct ibv_mr *mr);
 /* Unpublish and deregister every registration of @c: the first errno. */
 int rdmalloc_region_deregister_all(struct rdmalloc_chunk *c);
 /* Make @c's registrations match @want (the PD of each index) and its
- * heap's access now: 0 or the errno of the first failed registration (a
- * big chunk's PDs register at once, on the crew's threads: crew.h; the
- * others may be registered then, as with a failure in the middle). */
+ * heap's access now, on this thread, one PD after another (never on the
+ * crew's: crew.h): 0 or the errno of the first failed registration, those
+ * before it left registered. */
 int rdmalloc_region_sync(struct rdmalloc_chunk *c, struct ibv_pd *const want[RDMA_MALLOC_MAX_PDS]);
 /*
  * Give registration @i the flags @access: in place, or (with @new_keys,

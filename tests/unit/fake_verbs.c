@@ -137,9 +137,37 @@ void fake_block_next_dereg(void)
 }
 
 /* Hold this call up if a block is armed for its kind (@dereg) and PD. */
+static int hold_on; /* fake_hold_regs_off: armed */
+static pthread_t hold_owner;
+static unsigned hold_waiting;
+
+void fake_hold_regs_off(pthread_t owner)
+{
+	pthread_mutex_lock(&block_mu);
+	hold_on = 1;
+	hold_owner = owner;
+	hold_waiting = 0;
+	pthread_mutex_unlock(&block_mu);
+}
+
+unsigned fake_release_held(void)
+{
+	pthread_mutex_lock(&block_mu);
+	hold_on = 0;
+	unsigned n = hold_waiting;
+	pthread_cond_broadcast(&block_cv);
+	pthread_mutex_unlock(&block_mu);
+	return n;
+}
+
 static void maybe_block(int dereg, struct ibv_pd *pd)
 {
 	pthread_mutex_lock(&block_mu);
+	if (!dereg && hold_on && !pthread_equal(pthread_self(), hold_owner)) {
+		hold_waiting++;
+		while (hold_on)
+			pthread_cond_wait(&block_cv, &block_mu);
+	}
 	if (block_state == 1 && block_dereg == dereg && (!block_pd || block_pd == pd)) {
 		block_state = 2;
 		pthread_cond_broadcast(&block_cv);

@@ -83,6 +83,12 @@ int fake_mw_allows(uint32_t rkey, uint64_t addr, size_t len, unsigned access);
 void fake_block_next_reg(void);
 /* The same, for the next registration with @pd only. */
 void fake_block_next_reg_on(struct ibv_pd *pd);
+/* Until fake_release_held(), every registration made on a thread other
+ * than @owner waits inside the backend, as one would for a lock @owner
+ * holds (a provider's, taken by the program before it called malloc).
+ * fake_release_held() returns how many waited. */
+void fake_hold_regs_off(pthread_t owner);
+unsigned fake_release_held(void);
 /* The same for the next deregistration (fake_wait_blocked, fake_release_reg). */
 void fake_block_next_dereg(void);
 /* Make every registration with @pd take @usec microseconds more (0: none):

@@ -3,15 +3,17 @@
  * test_crew.c - the registration crew (src/reg/crew.h), against the fake
  * backend: every part of every job runs once, whichever thread takes it,
  * with callers racing; a big chunk's pages are populated by the crew and
- * its PDs registered at once (one PD's registration held up does not hold
- * up the other's), covering the chunk whole; RDMALLOC_REG_THREADS=1 keeps
+ * its PDs registered by the allocating thread, never waiting for a
+ * worker's ibv_reg_mr, covering the chunk whole; RDMALLOC_REG_THREADS=1 keeps
  * it all on the caller; fork() while the crew works neither hangs nor
  * leaves the child without big registrations, and does not wait for ever
  * for a worker's part.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdatomic.h>
@@ -103,45 +105,58 @@ Test(crew, every_part_runs_once_whoever_takes_it)
 
 /* ---- a big chunk ---- */
 
-/* A region of @pd at least @len long, or NULL. */
-static const struct fake_mr_info *region_of_len(struct ibv_pd *pd, size_t len)
+static atomic_int watch_fired;
+static sem_t watch_sem;
+
+/* Lets held registrations go after 20 s, or when told (sem). */
+static void *watchdog(void *arg)
 {
-	static struct fake_mr_info all[FAKE_MAX_MRS];
-	size_t n = fake_snapshot(all, FAKE_MAX_MRS);
-	for (size_t i = 0; i < n; i++)
-		if (all[i].pd == pd && all[i].len >= len)
-			return &all[i];
+	(void)arg;
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += 20;
+	int rc;
+	while ((rc = sem_clockwait(&watch_sem, CLOCK_MONOTONIC, &until)) && errno == EINTR)
+		;
+	if (rc)
+		atomic_store(&watch_fired, 1);
+	fake_release_held();
 	return NULL;
 }
 
-/* PD 0's registration of a 64 MiB chunk is held up in the backend: PD 1's
- * registration of the same chunk goes on meanwhile, on another thread
- * (one after another, PD 1's came only after PD 0's). */
-Test(crew, big_chunk_registers_its_pds_at_once)
+/* A big chunk's pages are populated by the crew, and its registrations,
+ * one per PD, made by the allocating thread itself: a worker's ibv_reg_mr
+ * may wait for a lock that thread holds (a provider's, taken before the
+ * program called malloc), and the thread would wait for the worker for
+ * ever.  Here every registration off the allocating thread waits until a
+ * watchdog lets it go after 20 s.  Before, the PDs were shared out among
+ * the crew, and PD 1's waited on a worker. */
+Test(crew, big_chunk_registers_its_pds_on_the_caller)
 {
 	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	void *warm = rdma_malloc(64 * MiB); /* the crew's workers start after it */
+	cr_assert(warm);
+	cr_assert_eq(rdmalloc_crew_threads(), 3, "RDMALLOC_REG_THREADS=3: the caller and 2 workers");
 	struct rdma_malloc_stats s0 = stats();
-	fake_block_next_reg_on(fake_pd(0));
-	struct fake_alloc b;
-	fake_alloc_start(&b, 64 * MiB);
-	fake_wait_blocked();
-	const struct fake_mr_info *r = NULL;
-	for (int i = 0; i < 500 && !(r = region_of_len(fake_pd(1), b.size)); i++)
-		usleep(10000);
-	int concurrent = r != NULL;
-	fake_release_reg();
-	fake_alloc_join(&b);
-	cr_assert(concurrent, "PD 1 registered nothing while PD 0's registration was held up");
-	cr_assert(b.p);
+	cr_assert_eq(sem_init(&watch_sem, 0, 0), 0);
+	fake_hold_regs_off(pthread_self());
+	pthread_t w;
+	cr_assert_eq(pthread_create(&w, NULL, watchdog, NULL), 0);
+	void *p = rdma_malloc(96 * MiB);
+	sem_post(&watch_sem);
+	pthread_join(w, NULL);
+	cr_assert(!atomic_load(&watch_fired), "the allocation waited for a registration on another thread");
+	cr_assert(p);
 	for (int pd = 0; pd < 2; pd++) {
-		const struct fake_mr_info *m = fake_find(fake_pd(pd), b.p);
-		cr_assert(m && (char *)m->addr <= (char *)b.p && (char *)m->addr + m->len >= (char *)b.p + b.size,
+		const struct fake_mr_info *m = fake_find(fake_pd(pd), p);
+		cr_assert(m && (char *)m->addr <= (char *)p && (char *)m->addr + m->len >= (char *)p + 96 * MiB,
 			  "PD %d's region covers the block whole", pd);
 		uint32_t l, rk;
-		cr_assert_eq(rdma_malloc_keys(b.p, b.size, fake_pd(pd), &l, &rk), 0);
+		cr_assert_eq(rdma_malloc_keys(p, 96 * MiB, fake_pd(pd), &l, &rk), 0);
 	}
 	cr_assert_eq(stats().populated_chunks, s0.populated_chunks + 1, "its pages populated by the crew");
-	rdma_free(b.p);
+	rdma_free(p);
+	rdma_free(warm);
 }
 
 Test(crew, one_thread_keeps_it_on_the_caller, .init = NULL)
