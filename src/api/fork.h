@@ -16,8 +16,8 @@ void rdmalloc_fork_register_outer(void);
  * (verbs.h), then the reserve's thread and the crew's workers (reserve.h,
  * crew.h).  A call may never end: one whose allocation needs a lock the
  * program's own fork handler already took (an allocator whose handler runs
- * before ours), one of the thread's or a worker's that frees into jemalloc
- * after jemalloc's prepare.  Past it the fork goes ahead, logged once and
+ * before ours), one of the reserve thread's that frees into jemalloc after
+ * jemalloc's prepare.  (The crew's workers only madvise, which ends.)  Past it the fork goes ahead, logged once and
  * counted once in fallbacks: these waits never hang a fork.  (A hook under
  * jemalloc's growth lock is waited for by jemalloc's prepare, not by us.) */
 #define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)

@@ -249,8 +249,8 @@ Test(crew, fork_while_the_crew_works, .init = NULL)
 }
 
 /* A part on a worker that outlasts fork()'s wait (30 s in all, shortened
- * here to 200 ms; fork.h): a registration's verbs call may never end (one
- * that frees into jemalloc after jemalloc's prepare), so the fork goes
+ * here to 200 ms; fork.h): whatever a part does (a madvise now; the wait
+ * was made for the verbs calls the workers made before), the fork goes
  * ahead rather than hang, logged once and counted once in fallbacks.  The
  * child has no workers and registers on its own; the job ends in the
  * parent as it would. */
