@@ -10,10 +10,8 @@
  * for a worker's part.
  */
 #include <criterion/criterion.h>
-#include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdatomic.h>
@@ -30,6 +28,7 @@
 #include "fork.h"
 #include "rdma_malloc.h"
 #include "clock_now.h"
+#include "watchdog.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -105,23 +104,9 @@ Test(crew, every_part_runs_once_whoever_takes_it)
 
 /* ---- a big chunk ---- */
 
-static atomic_int watch_fired;
-static sem_t watch_sem;
-
-/* Lets held registrations go after 20 s, or when told (sem). */
-static void *watchdog(void *arg)
+static void release_held(void)
 {
-	(void)arg;
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += 20;
-	int rc;
-	while ((rc = sem_clockwait(&watch_sem, CLOCK_MONOTONIC, &until)) && errno == EINTR)
-		;
-	if (rc)
-		atomic_store(&watch_fired, 1);
 	fake_release_held();
-	return NULL;
 }
 
 /* A big chunk's pages are populated by the crew, and its registrations,
@@ -138,14 +123,11 @@ Test(crew, big_chunk_registers_its_pds_on_the_caller)
 	cr_assert(warm);
 	cr_assert_eq(rdmalloc_crew_threads(), 3, "RDMALLOC_REG_THREADS=3: the caller and 2 workers");
 	struct rdma_malloc_stats s0 = stats();
-	cr_assert_eq(sem_init(&watch_sem, 0, 0), 0);
 	fake_hold_regs_off(pthread_self());
-	pthread_t w;
-	cr_assert_eq(pthread_create(&w, NULL, watchdog, NULL), 0);
+	struct watchdog w;
+	cr_assert_eq(watchdog_start(&w, release_held), 0);
 	void *p = rdma_malloc(96 * MiB);
-	sem_post(&watch_sem);
-	pthread_join(w, NULL);
-	cr_assert(!atomic_load(&watch_fired), "the allocation waited for a registration on another thread");
+	cr_assert(!watchdog_done(&w), "the allocation waited for a registration on another thread");
 	cr_assert(p);
 	for (int pd = 0; pd < 2; pd++) {
 		const struct fake_mr_info *m = fake_find(fake_pd(pd), p);

@@ -34,6 +34,7 @@
 #include "reserve.h"
 #include "rdma_malloc.h"
 #include "stderr_said.h"
+#include "watchdog.h"
 #include "thread_named.h"
 #include "clock_now.h"
 
@@ -220,41 +221,18 @@ Test(reserve, growth_waits_for_the_chunk_being_made)
 }
 
 /* The thread stays inside ibv_reg_mr until a watchdog lets it go after
- * 20 s, or when the test says it is done (watch_done): the watchdog says
- * whether it had to (released). */
-static atomic_int released;
-static sem_t watch_sem;
-static pthread_t watch_thread;
-
-static void *watchdog(void *arg)
-{
-	(void)arg;
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += 20;
-	int rc;
-	while ((rc = sem_clockwait(&watch_sem, CLOCK_MONOTONIC, &until)) && errno == EINTR)
-		;
-	if (rc)
-		atomic_store(&released, 1);
-	fake_release_reg();
-	return NULL;
-}
+ * 20 s, or when the test says it is done (watchdog.h). */
+static struct watchdog watch;
 
 static void watch_start(void)
 {
-	atomic_store(&released, 0);
-	cr_assert_eq(sem_init(&watch_sem, 0, 0), 0);
-	cr_assert_eq(pthread_create(&watch_thread, NULL, watchdog, NULL), 0);
+	cr_assert_eq(watchdog_start(&watch, fake_release_reg), 0);
 }
 
 /* Lets the thread go; 1 if the watchdog had to. */
 static int watch_done(void)
 {
-	sem_post(&watch_sem);
-	pthread_join(watch_thread, NULL);
-	sem_destroy(&watch_sem);
-	return atomic_load(&released);
+	return watchdog_done(&watch);
 }
 
 /* What the library wrote to the redirected stderr holds @text. */
@@ -579,6 +557,8 @@ Test(reserve, fork_child_does_not_wait)
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child with a ready reserve: status %#x", status);
 	check_accounting(1);
 }
+
+static atomic_int released;
 
 /* Let the blocked registration go after @arg's milliseconds (NULL: 300). */
 static void *release_later(void *arg)
