@@ -44,6 +44,7 @@ static struct rdmalloc_reserve *reserves;          /* listed: heaps that grew */
 static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, in order */
 static unsigned fills;                              /* chunks being made or dropped */
 static unsigned late_fills;                         /* of them, late ones (reserve.h) */
+static struct rdmalloc_reserve *working; /* the one the thread works on, listed or closing */
 static uint64_t (*tick_fn)(void);                 /* the heap layer's decay tick */
 static uint64_t tick_at;                           /* when it runs next (UINT64_MAX: never) */
 static unsigned tick_asks;                         /* rdmalloc_reserve_want_tick() calls */
@@ -181,13 +182,20 @@ static uint64_t idle_deadline(const struct rdmalloc_reserve *r)
 	return r->grown_ns ? r->grown_ns + (uint64_t)r->spec->decay_ms * 1000000u : 0;
 }
 
-/* Drop @r's ready chunk (chunk lock held; released meanwhile): marked as
- * work under way, so that a close or a fork waits for it. */
-/* The thread's work on @r (a fill, a drop) ends (chunk lock held). */
+/* The thread's work on @r, a fill of @size bytes or a drop (SIZE_MAX),
+ * starts and ends (chunk lock held). */
+static void work_started(struct rdmalloc_reserve *r, size_t size)
+{
+	r->filling = size;
+	fills++;
+	working = r;
+}
+
 static void work_ended(struct rdmalloc_reserve *r)
 {
 	r->filling = 0;
 	fills--;
+	working = NULL;
 	if (r->late) {
 		r->late = 0;
 		late_fills--;
@@ -204,10 +212,11 @@ void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r)
 	}
 }
 
+/* Drop @r's ready chunk (chunk lock held; released meanwhile): marked as
+ * work under way, so that a close or a fork waits for it. */
 static void drop_ready(struct rdmalloc_reserve *r)
 {
-	r->filling = SIZE_MAX;
-	fills++;
+	work_started(r, SIZE_MAX);
 	rdmalloc_chunk_unlock();
 	rdmalloc_chunk_drop_reserve(r);
 	rdmalloc_chunk_lock();
@@ -281,10 +290,9 @@ static void *registrar(void *arg)
 			continue;
 		}
 		int stale = r->ready != NULL; /* mispredicted: it goes */
-		r->filling = size;
+		work_started(r, size);
 		r->fill_seq++;
 		r->cancelled = 0;
-		fills++;
 		rdmalloc_chunk_unlock();
 		if (stale)
 			rdmalloc_chunk_drop_reserve(r);
@@ -355,10 +363,8 @@ size_t rdmalloc_reserves_drop(int wait)
 		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
 		while (fills > late_fills && !(late = rdmalloc_now_ns() >= deadline))
 			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
-		if (late)
-			for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next)
-				if (r->filling)
-					rdmalloc_reserve_late_locked(r);
+		if (late && working) /* listed or not: a closing heap's too */
+			rdmalloc_reserve_late_locked(working);
 	}
 	size_t bytes = 0;
 	for (;;) {
@@ -447,6 +453,7 @@ size_t rdmalloc_reserves_forget(void)
 	}
 	fills = 0;
 	late_fills = 0;
+	working = NULL;
 	int state = atomic_load(&rdmalloc_reserve_thread_state);
 	atomic_store(&rdmalloc_reserve_thread_state, state == 2 ? (queue ? 1 : 0) : state);
 	return held;
