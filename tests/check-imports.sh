@@ -21,7 +21,7 @@
 # (strerror inside printf).
 set -eu
 bad='strerror|strerror_l|strsignal|perror|psignal|gettext|dgettext|dcgettext|ngettext|dngettext|dcngettext|__dcgettext|textdomain|bindtextdomain|setlocale|newlocale|uselocale|nl_langinfo|localeconv|err|errx|verr|verrx|warn|warnx|vwarn|vwarnx|error|error_at_line|syslog|vsyslog'
-stdio='fopen|fopen64|fdopen|fclose|freopen|freopen64|popen|pclose|tmpfile|tmpfile64|open_memstream|open_wmemstream|fmemopen|fcloseall|fflush|_IO_list_lock'
+stdio='fopen|fopen64|fdopen|fopencookie|fclose|freopen|freopen64|popen|pclose|tmpfile|tmpfile64|open_memstream|open_wmemstream|fmemopen|fcloseall|fflush|fflush_unlocked|_IO_list_lock'
 ours="$bad|strerror_r|__xpg_strerror_r"
 src=$1
 shift

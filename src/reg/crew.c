@@ -67,9 +67,10 @@ static struct rdmalloc_crew_job *take(unsigned *i)
 static void *worker(void *arg)
 {
 	(void)arg;
-	/* What libibverbs allocates in its calls here must not grow a heap
-	 * whose growth lock our caller may hold: marked as a hook is, the
-	 * drop-in serves it from its nest (preload/nest.c). */
+	/* Its parts call no verbs function (crew.h); marked as a hook is
+	 * all the same, so that whatever it allocates comes from the
+	 * drop-in's nest (preload/nest.c), never a heap whose growth lock
+	 * our caller may hold. */
 	rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;
 	pthread_setname_np(pthread_self(), "rdmalloc-crew");
 	rdmalloc_lock(RDMALLOC_LOCK_CREW);
@@ -107,7 +108,7 @@ void rdmalloc_crew_start(void)
 	if (err) {
 		STAT_INC(fallbacks);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "cannot start the registration crew's threads (%s): %u of %u "
-				  "share big registrations (counted in fallbacks)", rdmalloc_strerror(err),
+				  "fault big chunks in (counted in fallbacks)", rdmalloc_strerror(err),
 				  atomic_load(&started), want);
 	}
 }

@@ -48,7 +48,7 @@ enum rdmalloc_stats_mode { RDMALLOC_STATS_OFF = 0, RDMALLOC_STATS_ON_TEXT, RDMAL
 	X(CHECK_FREE, check_free, bool, "0",                                     \
 	  "the drop-in's free, realloc and delete abort on a block that is free already: 0 or 1") \
 	X(REG_THREADS, reg_threads, arenas, "0",                                 \
-	  "threads that share a big chunk's registration (its pages faulted in, its PDs registered at once), 1-16 (0: one per online CPU, at most 16)")
+	  "threads that share a big chunk's registration (its pages faulted in together, then its PDs registered by the allocating thread), 1-16 (0: one per online CPU, at most 16)")
 
 /*
  * RDMALLOC_* names that are not options: read by rdmalloc's commands

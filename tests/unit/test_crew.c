@@ -104,9 +104,11 @@ Test(crew, every_part_runs_once_whoever_takes_it)
 
 /* ---- a big chunk ---- */
 
+static unsigned held_off; /* registrations made off the allocating thread */
+
 static void release_held(void)
 {
-	fake_release_held();
+	held_off = fake_release_held();
 }
 
 /* A big chunk's pages are populated by the crew, and its registrations,
@@ -123,11 +125,17 @@ Test(crew, big_chunk_registers_its_pds_on_the_caller)
 	cr_assert(warm);
 	cr_assert_eq(rdmalloc_crew_threads(), 3, "RDMALLOC_REG_THREADS=3: the caller and 2 workers");
 	struct rdma_malloc_stats s0 = stats();
+	/* PD 0's registration takes 200 ms: time for a worker to take PD 1's,
+	 * were it shared out. */
+	fake_slow_reg_on(fake_pd(0), 200 * 1000);
 	fake_hold_regs_off(pthread_self());
 	struct watchdog w;
 	cr_assert_eq(watchdog_start(&w, release_held), 0);
 	void *p = rdma_malloc(96 * MiB);
-	cr_assert(!watchdog_done(&w), "the allocation waited for a registration on another thread");
+	int fired = watchdog_done(&w);
+	fake_slow_reg_on(NULL, 0);
+	cr_assert(!fired, "the allocation waited for a registration on another thread");
+	cr_assert_eq(held_off, 0, "%u registrations ran off the allocating thread", held_off);
 	cr_assert(p);
 	for (int pd = 0; pd < 2; pd++) {
 		const struct fake_mr_info *m = fake_find(fake_pd(pd), p);
@@ -316,8 +324,8 @@ static void status_file(char *path, unsigned groups, int vmpin)
 	fprintf(f, "Name:\ttest\nUmask:\t0022\nGroups:\t");
 	for (unsigned i = 0; i < groups; i++)
 		fprintf(f, "%u ", 1000000000u + i);
-	/* 254 characters and a newline: the buffer's size to the byte */
-	fprintf(f, "\nX:%251s\nCapEff:\t0000000000004000\n", "");
+	/* 255 bytes with its newline: the buffer's size but its NUL */
+	fprintf(f, "\nX:%252s\nCapEff:\t0000000000004000\n", "");
 	if (vmpin)
 		fprintf(f, "VmPin:\t    1234 kB\n");
 	fprintf(f, "Threads:\t1\n");
