@@ -3,13 +3,14 @@
  * variable (job.h). */
 #include "job.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
-#include "os.h"
 
 int rdmalloc_job_has(const char *list, const char *key)
 {
@@ -29,8 +30,14 @@ int rdmalloc_job_has(const char *list, const char *key)
 static int single_threaded(void)
 {
 	char buf[1024];
-	if (rdmalloc_os_read_file("/proc/self/stat", buf, sizeof(buf)) <= 0)
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
 	const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
 	for (int field = 2; p && field < 20; field++)
 		p = strchr(p + 1, ' ');

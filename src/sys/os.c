@@ -151,32 +151,6 @@ int rdmalloc_os_populate(void *p, size_t len)
 	return madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
 }
 
-ssize_t rdmalloc_os_read_file(const char *path, char *buf, size_t size)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t n = 0;
-	while (n + 1 < size) {
-		ssize_t r = read(fd, buf + n, size - 1 - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			if (r < 0 && !n)
-				n = (size_t)-1;
-			break;
-		}
-		n += (size_t)r;
-	}
-	int e = errno;
-	close(fd);
-	errno = e;
-	if (n == (size_t)-1)
-		return -1;
-	buf[n] = '\0';
-	return (ssize_t)n;
-}
-
 int rdmalloc_os_read_status(const char *path, unsigned long long *cap, unsigned long long *pin_kb)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

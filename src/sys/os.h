@@ -6,7 +6,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
 
 #include "compiler.h"
 
@@ -38,10 +37,6 @@ RDMALLOC_TESTABLE int rdmalloc_os_dontneed(void *p, size_t len);
  * (MADV_POPULATE_WRITE, Linux 5.14): 0 or errno (EINVAL: no such advice
  * here; ENOMEM, EFAULT: what a registration would have met). */
 int rdmalloc_os_populate(void *p, size_t len);
-/* Read the whole of a small file (one in /proc) into @buf, NUL-terminated,
- * at most @size - 1 bytes: their count, or -1 with errno.  open/read only:
- * no stdio lock, no allocation, so fit for inside malloc. */
-ssize_t rdmalloc_os_read_file(const char *path, char *buf, size_t size);
 /* From a /proc/PID/status file: *@cap the effective capabilities (CapEff,
  * 0 if absent) and *@pin_kb the kibibytes pinned (VmPin).  0, or -1 if it
  * cannot be read or has no VmPin.  open/read only, as above. */
