@@ -17,9 +17,10 @@ void rdmalloc_fork_register_outer(void);
  * crew.h).  A call may never end: one whose allocation needs a lock the
  * program's own fork handler already took (an allocator whose handler runs
  * before ours), one of the reserve thread's that frees into jemalloc after
- * jemalloc's prepare.  (The crew's workers only madvise, which ends.)  Past it the fork goes ahead, logged once and
- * counted once in fallbacks: these waits never hang a fork.  (A hook under
- * jemalloc's growth lock is waited for by jemalloc's prepare, not by us.) */
+ * jemalloc's prepare.  (The crew's workers only madvise, which ends.)
+ * Past it the fork goes ahead, logged once and counted once in fallbacks:
+ * these waits never hang a fork.  (A hook under jemalloc's growth lock is
+ * waited for by jemalloc's prepare, not by us.) */
 #define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
 extern RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns; /* it; tests shorten it */
 

@@ -43,8 +43,7 @@ atomic_int rdmalloc_reserve_thread_state;
 static struct rdmalloc_reserve *reserves;          /* listed: heaps that grew */
 static struct rdmalloc_reserve *queue, *queue_last; /* waiting for the thread, in order */
 static unsigned fills;                              /* chunks being made or dropped */
-static unsigned late_fills;                         /* of them, late ones (reserve.h) */
-static struct rdmalloc_reserve *working; /* the one the thread works on, listed or closing */
+static struct rdmalloc_reserve *working;            /* what fills counts (one at most), listed or not */
 static uint64_t (*tick_fn)(void);                 /* the heap layer's decay tick */
 static uint64_t tick_at;                           /* when it runs next (UINT64_MAX: never) */
 static unsigned tick_asks;                         /* rdmalloc_reserve_want_tick() calls */
@@ -196,10 +195,7 @@ static void work_ended(struct rdmalloc_reserve *r)
 	r->filling = 0;
 	fills--;
 	working = NULL;
-	if (r->late) {
-		r->late = 0;
-		late_fills--;
-	}
+	r->late = 0;
 }
 
 void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r)
@@ -207,7 +203,6 @@ void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r)
 	r->cancelled = 1;
 	if (r->filling && !r->late) {
 		r->late = 1;
-		late_fills++;
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* other growths waiting for it go on */
 	}
 }
@@ -359,9 +354,9 @@ size_t rdmalloc_reserves_drop(int wait)
 		r->cancelled |= r->filling != 0;
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a growth waiting for a cancelled fill goes on */
 	int late = 0;
-	if (wait && fills > late_fills) {
+	if (wait && working && !working->late) {
 		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
-		while (fills > late_fills && !(late = rdmalloc_now_ns() >= deadline))
+		while (working && !working->late && !(late = rdmalloc_now_ns() >= deadline))
 			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
 		if (late && working) /* listed or not: a closing heap's too */
 			rdmalloc_reserve_late_locked(working);
@@ -452,7 +447,6 @@ size_t rdmalloc_reserves_forget(void)
 		r->late = 0;
 	}
 	fills = 0;
-	late_fills = 0;
 	working = NULL;
 	int state = atomic_load(&rdmalloc_reserve_thread_state);
 	atomic_store(&rdmalloc_reserve_thread_state, state == 2 ? (queue ? 1 : 0) : state);
