@@ -450,8 +450,14 @@ void rdmalloc_heap_fork_child(void)
 	memset(tc_owner, 0, sizeof(tc_owner));
 	memset(tc_idle, 0, sizeof(tc_idle));
 	tc_top = 0;
-	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++)
+	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		tl[i].gen = 0;
+		/* No destroy is under way here: the parent's thread in one
+		 * is not the child's, and its heap is in the child's table. */
+		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
+		if (h)
+			rdmalloc_reserve_fork_child_reopen(&h->spec.reserve);
+	}
 	tl_exited = 0; /* forked from a late destructor: the child's main thread */
 }
 
@@ -729,24 +735,52 @@ struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int fla
 	return heap_new(access, flags, decay_ms, err);
 }
 
+/* @h is in the table, still of generation @gen (0: any; set to its own),
+ * and nothing pins its chunks: 0, with the HEAP and PD locks taken; else
+ * EINVAL or EBUSY, with none, and @h's reserve opened again on EBUSY (a
+ * destroy that waited for it and found the heap pinned meanwhile). */
+static int destroy_lock(struct rdmalloc_heap *h, uint32_t *gen)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h || (*gen && h->gen != *gen)) {
+		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+		return EINVAL; /* destroyed meanwhile, maybe replaced */
+	}
+	*gen = h->gen;
+	rdmalloc_lock(RDMALLOC_LOCK_PD); /* no attach/detach/window while chunks are released */
+	/* Windows and the drop-in's elided regions (both pin their chunk):
+	 * their owners free them first. */
+	if (rdmalloc_chunks_pinned(h)) {
+		rdmalloc_reserve_reopen(&h->spec.reserve);
+		rdmalloc_unlock(RDMALLOC_LOCK_PD);
+		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+		return EBUSY;
+	}
+	return 0;
+}
+
 int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 {
 	/* The drop-in's heap: threads are bound to its arenas and automatic
 	 * caches hold its memory (and its chunks must outlive the process). */
 	if (!h || h == default_heap || !in_store(h) || rdmalloc_heap_auto_tcache(h))
 		return EINVAL;
-	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-	if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h) {
-		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
-		return EINVAL;
-	}
-	rdmalloc_lock(RDMALLOC_LOCK_PD); /* no attach/detach/window while chunks are released */
-	/* Windows and the drop-in's elided regions (both pin their chunk):
-	 * their owners free them first. */
-	if (rdmalloc_chunks_pinned(h)) {
+	uint32_t gen = 0;
+	int err = destroy_lock(h, &gen);
+	if (err)
+		return err;
+	/* Its reserve first: no growth fills it any more, and the chunk being
+	 * made for it is waited for with none of our locks held.  That
+	 * ibv_reg_mr may take long (a big chunk, a slow provider), and every
+	 * heap's creation, trim and pressure relief, every PD attach, detach
+	 * and access change, window and elided region waited behind it.  A
+	 * closed reserve stays closed: only a destroy refused reopens it. */
+	while (!rdmalloc_reserve_closed(&h->spec.reserve)) {
 		rdmalloc_unlock(RDMALLOC_LOCK_PD);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
-		return EBUSY;
+		rdmalloc_reserve_close(&h->spec.reserve);
+		if ((err = destroy_lock(h, &gen)))
+			return err;
 	}
 	atomic_store_explicit(&heaps[h->index], NULL, memory_order_release);
 	/* jemalloc requires every cache that holds the arena's memory to be
@@ -756,9 +790,6 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 		if (tc_owner[tc] == h->gen)
 			tcache_destroy_locked(tc);
 	rdmalloc_unlock(RDMALLOC_LOCK_TCACHE);
-	/* Its reserve first: no growth comes any more, the thread stops
-	 * working for it, and its chunk goes. */
-	rdmalloc_reserve_close(&h->spec.reserve);
 	rdmalloc_big_forget(h); /* its big chunks go with the rest below */
 	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
 		if (rdmalloc_arena_ctl(h->arenas[i], "destroy", NULL, NULL, NULL, 0))

@@ -222,8 +222,10 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 {
 	rdmalloc_deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
-	if (c->spec->reserve.dropping == c)
+	if (c->spec->reserve.dropping == c) {
 		c->spec->reserve.dropping = NULL;
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a close may wait for it */
+	}
 	if (c->held)
 		rdmalloc_held_bytes -= c->map_size;
 	if (counted)

@@ -322,15 +322,62 @@ void rdmalloc_reserve_start(void)
 	}
 }
 
+static unsigned closes_waiting; /* closes waiting for their reserve's thread (tests) */
+
+/* No work of the thread's on @r under way: a fill, or a drop (the
+ * thread's or a relief's).  Chunk lock held (released meanwhile). */
+static void wait_idle(struct rdmalloc_reserve *r)
+{
+	if (!r->filling && !r->dropping)
+		return;
+	closes_waiting++;
+	while (r->filling || r->dropping)
+		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	closes_waiting--;
+}
+
 void rdmalloc_reserve_close(struct rdmalloc_reserve *r)
 {
+	/* Listed until nothing of it is under way: a fork meanwhile (none of
+	 * our locks is held) has the child forget that work as it forgets
+	 * every listed reserve's (rdmalloc_reserves_forget). */
 	rdmalloc_chunk_lock();
 	r->closed = 1;
-	unlist(r);
-	while (r->filling)
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	wait_idle(r);
 	rdmalloc_chunk_unlock();
 	rdmalloc_chunk_drop_reserve(r);
+	rdmalloc_chunk_lock();
+	wait_idle(r); /* a relief's drop of the same chunk */
+	unlist(r);
+	rdmalloc_chunk_unlock();
+}
+
+int rdmalloc_reserve_closed(struct rdmalloc_reserve *r)
+{
+	rdmalloc_chunk_lock();
+	int closed = r->closed && !r->listed && !r->filling && !r->dropping && !r->ready;
+	rdmalloc_chunk_unlock();
+	return closed;
+}
+
+void rdmalloc_reserve_reopen(struct rdmalloc_reserve *r)
+{
+	rdmalloc_chunk_lock();
+	r->closed = 0; /* listed again by the heap's next growth */
+	rdmalloc_chunk_unlock();
+}
+
+void rdmalloc_reserve_fork_child_reopen(struct rdmalloc_reserve *r)
+{
+	r->closed = 0;
+}
+
+RDMALLOC_TESTABLE unsigned rdmalloc_reserve_closes_waiting(void)
+{
+	rdmalloc_chunk_lock();
+	unsigned n = closes_waiting;
+	rdmalloc_chunk_unlock();
+	return n;
 }
 
 RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
@@ -448,6 +495,7 @@ size_t rdmalloc_reserves_forget(void)
 	}
 	fills = 0;
 	working = NULL;
+	closes_waiting = 0;
 	int state = atomic_load(&rdmalloc_reserve_thread_state);
 	atomic_store(&rdmalloc_reserve_thread_state, state == 2 ? (queue ? 1 : 0) : state);
 	return held;

@@ -39,7 +39,7 @@ struct rdmalloc_reserve {
 					    child un-counts it (rdmalloc_reserves_forget) */
 	int listed;     /* on the list of reserves (from its first growth until closed) */
 	int queued;     /* on the thread's work queue */
-	int closed;     /* its heap is being destroyed: never filled again */
+	int closed;     /* its heap is being destroyed: never filled again (unless that fails) */
 	int cancelled;  /* the chunk being made is dropped when made (a trim) */
 	int late;       /* the work under way outlasted an allocation's wait: no allocation waits for
 			   it again (rdmalloc_fill_wait_ns) */
@@ -113,8 +113,25 @@ static inline void rdmalloc_threads_start_wanted(void)
 void rdmalloc_reserve_set_tick(uint64_t (*tick)(void));
 
 /* Its heap is being destroyed: wait for a chunk being made for it, then
- * release its ready chunk (counted in reserve_discards).  No lock held. */
+ * release its ready chunk (counted in reserve_discards).  No lock of the
+ * table held (lock.h): the wait is as long as the thread's ibv_reg_mr. */
 void rdmalloc_reserve_close(struct rdmalloc_reserve *r);
+
+/* 1 if @r is closed, unlisted, with nothing being made, dropped or ready:
+ * no growth, relief or thread touches it any more until
+ * rdmalloc_reserve_reopen().  No lock held. */
+int rdmalloc_reserve_closed(struct rdmalloc_reserve *r);
+
+/* The destroy of its heap failed: growths fill it again.  Under the lock
+ * that serialises destroys (the heap layer's). */
+void rdmalloc_reserve_reopen(struct rdmalloc_reserve *r);
+
+/* In a fork child (no lock): @r's heap is alive here, whatever destroy of
+ * it a thread of the parent was in: growths fill it again. */
+void rdmalloc_reserve_fork_child_reopen(struct rdmalloc_reserve *r);
+
+/* Closes waiting for the thread's work on their reserve (tests). */
+RDMALLOC_TESTABLE unsigned rdmalloc_reserve_closes_waiting(void);
 /* Memory pressure or a trim: release every ready chunk (reserve_discards)
  * and forget the queue; chunks being made are dropped when made, or, with
  * @wait (memory pressure: what they hold is wanted now), waited for (up to

@@ -512,6 +512,158 @@ Test(reserve, destroy_while_being_made)
 	cr_assert_eq(st.mrs, 0);
 }
 
+/* Until a destroy waits for its reserve's fill (at most 20 s). */
+static void wait_for_the_close(void)
+{
+	struct timespec ts = { 0, 1000 * 1000 };
+	for (int i = 0; i < 20000 && !rdmalloc_reserve_closes_waiting(); i++)
+		nanosleep(&ts, NULL);
+	cr_assert(rdmalloc_reserve_closes_waiting(), "the destroy does not wait for its reserve's fill");
+}
+
+/* While a destroy waits for the chunk being made for its heap, the rest
+ * of the library goes on: another heap is created, grows, is trimmed and
+ * destroyed, and a PD is attached, with that fill held inside
+ * ibv_reg_mr.  Before, the destroy waited holding the HEAP and PD locks,
+ * and all of it waited behind the thread's registration (until the
+ * watchdog let it go, 20 s). */
+Test(reserve, destroy_waits_for_its_fill_holding_no_lock)
+{
+	rdma_heap_t *h = grown_heap();
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked();
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	watch_start();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
+	wait_for_the_close(); /* the destroy waits for the fill */
+	double t0 = now_s();
+	rdma_heap_t *other = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(other, "%s", strerror(errno));
+	void *p = grow(other);
+	cr_assert(fake_find(fake_pd(0), p));
+	rdma_malloc_trim();
+	struct ibv_pd *pd1 = fake_pd(1);
+	cr_assert_eq(rdma_malloc_attach_pd(pd1), 0);
+	cr_assert(fake_find(pd1, p), "the attach did not reach the other heap's chunk");
+	cr_assert_eq(rdma_malloc_detach_pd(pd1), 0);
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	cr_assert_eq(rdma_heap_destroy(other), 0);
+	double took = now_s() - t0;
+	int stuck = watch_done();
+	void *ret;
+	pthread_join(t, &ret);
+	cr_assert(!stuck, "the rest waited for the destroy's fill until it was let go (%.1f s)", took);
+	cr_assert_eq((intptr_t)ret, 0);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_chunks, 0);
+	cr_assert_eq(st.chunks, 0);
+	cr_assert_eq(fake_live_mrs(), 0);
+}
+
+/* A destroy that waited for its fill and then found the heap pinned (a
+ * window granted meanwhile: EBUSY) leaves the heap's reserve working: a
+ * growth lists it again, and the next one is handed a chunk made ahead. */
+Test(reserve, a_destroy_refused_after_its_wait_leaves_the_reserve_working)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .flags = RDMA_HEAP_MW_BIND });
+	cr_assert(h);
+	grow(h);
+	rdmalloc_reserves_settle();
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked();
+	watch_start();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
+	wait_for_the_close(); /* the destroy waits for the fill */
+	struct ibv_qp qp = { .pd = fake_pd(0) };
+	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp, blocks[0], 64, RR, IBV_MW_TYPE_2, 0, 0);
+	int stuck = watch_done();
+	cr_assert(!stuck, "the grant waited for the destroy's fill until it was let go");
+	cr_assert(mw, "%s", strerror(errno));
+	void *ret;
+	pthread_join(t, &ret);
+	cr_assert_eq((intptr_t)ret, EBUSY, "destroyed with a window on its memory");
+	rdmalloc_reserves_settle();
+	cr_assert_eq(stats().reserve_chunks, 0, "the closed reserve kept its chunk");
+	uint64_t hits = stats().reserve_hits;
+	grow(h);
+	rdmalloc_reserves_settle();
+	cr_assert_eq(stats().reserve_chunks, 1, "no reserve made after the refused destroy");
+	grow(h);
+	cr_assert_eq(stats().reserve_hits, hits + 1, "the growth after a refused destroy had no reserve");
+	cr_assert_eq(rdma_malloc_mw_free(mw), 0);
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	rdmalloc_reserves_settle();
+	cr_assert_eq(stats().chunks, 0);
+	cr_assert_eq(fake_live_mrs(), 0);
+}
+
+/* fork() while a destroy waits for its heap's fill, which outlasts
+ * fork's wait: in the child the heap is alive (its destroy was the
+ * parent's thread's), its reserve works, nothing of the fill is counted,
+ * and destroying it there neither hangs nor leaves anything registered.
+ * Before the destroy waited holding no lock, the fork waited for it. */
+Test(reserve, a_fork_while_a_destroy_waits_for_its_fill)
+{
+	rdma_heap_t *h = grown_heap();
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked();
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	watch_start();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
+	wait_for_the_close();
+	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		struct rdma_malloc_stats c = stats();
+		if (c.pinned_bytes != c.chunk_bytes)
+			_exit(5); /* the fill's hold counted */
+		uint64_t hits = c.reserve_hits;
+		grow(h);
+		rdmalloc_reserves_settle();
+		grow(h);
+		if (stats().reserve_hits != hits + 1)
+			_exit(6); /* no reserve for a heap alive here */
+		while (nblocks)
+			rdma_free(blocks[--nblocks]);
+		if (rdma_heap_destroy(h))
+			_exit(7);
+		c = stats();
+		if (c.chunks || c.mrs || c.reserve_chunks)
+			_exit(8);
+		_exit(0);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	int stuck = watch_done();
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+	void *ret;
+	pthread_join(t, &ret);
+	cr_assert(!stuck, "fork() waited for the destroy's fill until it was let go");
+	cr_assert(WIFEXITED(status), "child: status %#x (14: SIGALRM, hung)", status);
+	cr_assert_neq(WEXITSTATUS(status), 5, "the child counts the fill's hold as pinned");
+	cr_assert_neq(WEXITSTATUS(status), 6, "the child's heap has no reserve");
+	cr_assert_eq(WEXITSTATUS(status), 0, "child: exit %d", WEXITSTATUS(status));
+	cr_assert_eq((intptr_t)ret, 0);
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.chunks, 0);
+	cr_assert_eq(fake_live_mrs(), 0);
+}
+
 /* Under RDMALLOC_MAX_REGISTERED the reserve counts as held, and is given
  * up before a real allocation is refused: 2 + 2.5 + 3 MiB in use and a
  * 3.5 MiB reserve leave 5 MiB of 16; a 6 MiB chunk fits only without it. */
