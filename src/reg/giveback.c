@@ -17,6 +17,7 @@
 #include "chunkset.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #include "counters.h"
@@ -65,6 +66,18 @@ static struct rdmalloc_chunk *choose_idle(const struct rdmalloc_heap *heap, int 
 		if ((!heap || c->heap == heap) && c != kept && idle(c))
 			mark_giving(c, &batch);
 	return batch;
+}
+
+/* Give-backs and take-backs ended, and their count when a commit last
+ * stopped waiting for one (chunk lock). */
+static unsigned long settles, settles_when_late = ULONG_MAX;
+
+/* A give-back or take-back ended: commits waiting for it go on, and wait
+ * again for the next (chunk lock held). */
+static void settle_ended(void)
+{
+	settles++;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 }
 
 /* Give back @c, marked GIVING: its keys were unpublished by mark_giving;
@@ -118,7 +131,7 @@ static size_t give_back(struct rdmalloc_chunk *c)
 		atomic_fetch_add_explicit(&c->spec->key_gen, 1, memory_order_release);
 	}
 	rdmalloc_pd_users_release(used);
-	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a commit may wait for it */
+	settle_ended(); /* a commit may wait for it */
 	rdmalloc_chunk_unlock();
 	return quarantine ? 0 : c->map_size;
 }
@@ -190,16 +203,50 @@ static int take_back(struct rdmalloc_chunk *c)
 	return 0;
 }
 
+/* Wait until no other thread gives @c back or takes it back, at most
+ * rdmalloc_fill_wait_ns: that thread is in ibv_dereg_mr or ibv_reg_mr,
+ * whose provider may wait for a lock the allocating thread holds (the
+ * program called malloc holding it).  Past it, and until one of them
+ * ends, no commit waits again: a stuck call costs one wait, not one per
+ * allocation or per chunk of its batch.  0, or ETIMEDOUT counted in
+ * fallbacks (said once).  Chunk lock held (released meanwhile). */
+static int settled(struct rdmalloc_chunk *c)
+{
+	uint64_t deadline = 0;
+	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING) {
+		uint64_t now = rdmalloc_now_ns();
+		if (!deadline && settles != settles_when_late) {
+			deadline = now + rdmalloc_fill_wait_ns;
+		} else if (!deadline || now >= deadline) {
+			settles_when_late = settles;
+			STAT_INC(fallbacks);
+			rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation stopped waiting for another thread's "
+					  "deregistration or registration of the chunk it would use after %llu ms "
+					  "(that verbs call may wait for a lock the allocating thread holds) and "
+					  "uses other memory (further ones are only counted in fallbacks)",
+					  (unsigned long long)(rdmalloc_fill_wait_ns / 1000000u));
+			return ETIMEDOUT;
+		}
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+	}
+	return 0;
+}
+
 int rdmalloc_chunk_commit(void *addr, size_t len)
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = hooked(addr, len, "commit");
 	/* Settled (not being given or taken back by another thread), and a
-	 * given-back one held under the limit: idle chunks go first, once. */
+	 * given-back one held under the limit: idle chunks go first, once.
+	 * A commit that fails makes jemalloc use other memory. */
 	int relieved = 0;
 	for (;; relieved = 1) {
-		while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING)
-			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		if (settled(c)) {
+			rdmalloc_chunk_unlock();
+			if (relieved)
+				rdmalloc_relief_end();
+			return ENOMEM;
+		}
 		if (c->state != RDMALLOC_CHUNK_GONE || rdmalloc_hold(c->map_size))
 			break;
 		rdmalloc_chunk_unlock();
@@ -226,7 +273,7 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 			c->state = RDMALLOC_CHUNK_GONE;
 			rdmalloc_held_bytes -= c->map_size;
 		}
-		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
+		settle_ended();
 		if (err) {
 			rdmalloc_chunk_unlock();
 			return err;

@@ -148,7 +148,9 @@ size_t rdmalloc_reserves_drop(int wait);
  * thread's chunk is dropped when made; counted in reserve_wait_timeouts
  * and fallbacks, said once.  That work is then late: until it ends, no
  * allocation waits for it again, so that one stuck call costs one wait,
- * not one per relief or growth.  Tests shorten it.
+ * not one per relief or growth.  A commit waits as long for another
+ * thread's give-back or take-back of its chunk (giveback.c).  Tests
+ * shorten it.
  */
 #define RDMALLOC_FILL_WAIT_NS (5ull * 1000000000u)
 extern RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns;

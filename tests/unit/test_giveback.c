@@ -29,6 +29,8 @@
 #include "heap.h"
 #include "own_stack.h"
 #include "rdma_malloc.h"
+#include "stderr_said.h"
+#include "watchdog.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -54,6 +56,14 @@ TestSuite(giveback, .init = setup, .timeout = 120);
 static struct rdma_malloc_stats stats(void)
 {
 	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
+	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
+	return st;
+}
+
+/* The same without waiting for the thread: a test that holds it up. */
+static struct rdma_malloc_stats stats_now(void)
+{
 	struct rdma_malloc_stats st = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(st) };
 	cr_assert_eq(rdma_malloc_stats_get(&st), 0);
 	return st;
@@ -515,6 +525,73 @@ Test(giveback, never_until_trim)
 	cr_assert_gt(rdma_malloc_trim(), 0);
 	cr_assert_gt(stats().chunks_given_back, 0);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+static void *trim_thread(void *arg)
+{
+	(void)arg;
+	rdma_malloc_trim();
+	return NULL;
+}
+
+/* An allocation that would use a chunk being given back waits for that
+ * chunk's deregistration on another thread (a trim here, the decay tick on
+ * the reserve's thread usually) at most rdmalloc_fill_wait_ns: that
+ * ibv_dereg_mr may wait for a lock the allocating thread holds.  Then it
+ * uses other memory, counted in fallbacks and said once, and no
+ * allocation waits again until a give-back or take-back ends.  Before,
+ * it waited for the deregistration without end (here until a 20 s
+ * watchdog let it go).  The stats are read outside the stuck call: a
+ * trim holds the heap table's lock, which they take. */
+Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_reserve)
+{
+	cr_redirect_stderr();
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
+	cr_assert(h);
+	enum { N = 24 };
+	void *p[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = rdma_heap_malloc(h, 256 * KiB);
+		cr_assert(p[i]);
+		memset(p[i], 0xab, 256 * KiB);
+	}
+	for (int i = 0; i < N; i++)
+		rdma_free(p[i]);
+	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
+	struct rdma_malloc_stats s0 = stats_now();
+	fake_block_next_dereg();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
+	fake_wait_blocked(); /* the trim gives a chunk back, inside ibv_dereg_mr */
+	struct watchdog w;
+	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
+	double t0 = now_s();
+	void *q[N];
+	for (int i = 0; i < N; i++) { /* one of them into the chunk being given back */
+		q[i] = rdma_heap_malloc(h, 256 * KiB);
+		cr_assert(q[i], "%s", strerror(errno));
+		memset(q[i], 0xcd, 256 * KiB);
+	}
+	double took = now_s() - t0;
+	int stuck = watchdog_done(&w);
+	pthread_join(t, NULL);
+	struct rdma_malloc_stats s1 = stats_now();
+	rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
+	cr_assert(!stuck, "the allocation waited for the give-back until it was let go (20 s)");
+	cr_assert_geq(took, 0.19, "no allocation met the chunk being given back (%.3f s)", took);
+	/* Once late, the stuck give-back is not waited for again (each of
+	 * the batch's chunks was, 200 ms each: 2 s here). */
+	cr_assert_lt(took, 1.0, "the stuck give-back was waited for more than once (%.3f s)", took);
+	cr_assert_gt(s1.fallbacks, s0.fallbacks);
+	char buf[4096];
+	cr_assert(strstr(stderr_said(buf, sizeof(buf)), "stopped waiting for another thread"), "stderr: %s", buf);
+	for (int i = 0; i < N; i++) {
+		uint32_t lkey;
+		cr_assert_eq(rdma_malloc_keys(q[i], 256 * KiB, NULL, &lkey, NULL), 0);
+		rdma_free(q[i]);
+	}
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(stats().mrs, fake_live_mrs());
 }
 
 /* A heap that grows and shrinks around a chunk boundary does not register
