@@ -102,4 +102,8 @@ void rdmalloc_deregister_unmap(struct rdmalloc_chunk *c, void *p, size_t len);
  * smallest of each heap.  The bytes given back.  No lock held. */
 size_t rdmalloc_give_back_idle(const struct rdmalloc_heap *heap, int keep);
 
+/* In a fork child (no lock): the give-backs and take-backs a commit
+ * stopped waiting for were the parent's threads'. */
+void rdmalloc_give_back_fork_child(void);
+
 #endif

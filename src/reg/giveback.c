@@ -203,6 +203,11 @@ static int take_back(struct rdmalloc_chunk *c)
 	return 0;
 }
 
+void rdmalloc_give_back_fork_child(void)
+{
+	settles_when_late = ULONG_MAX;
+}
+
 /* Wait until no other thread gives @c back or takes it back, at most
  * rdmalloc_fill_wait_ns: that thread is in ibv_dereg_mr or ibv_reg_mr,
  * whose provider may wait for a lock the allocating thread holds (the

@@ -482,6 +482,7 @@ void rdmalloc_chunks_forget_registrations(void)
 	 * are not the child's. */
 	rdmalloc_held_bytes -= rdmalloc_reserves_forget();
 	rdmalloc_implicit_forget();
+	rdmalloc_give_back_fork_child();
 }
 
 size_t rdmalloc_chunks_unregistered(void)
