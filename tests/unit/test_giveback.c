@@ -83,6 +83,16 @@ static void tick(rdma_heap_t *h)
 		rdma_free(rdma_heap_malloc(h, 1536 * KiB));
 }
 
+/* @n blocks of @size bytes from @h into @p, each filled with @byte. */
+static void alloc_each(rdma_heap_t *h, void **p, int n, size_t size, int byte)
+{
+	for (int i = 0; i < n; i++) {
+		p[i] = rdma_heap_malloc(h, size);
+		cr_assert(p[i], "block %d of %zu bytes: %s", i, size, strerror(errno));
+		memset(p[i], byte, size);
+	}
+}
+
 /* Sizes of a server's objects: small, page-sized, large. */
 static size_t size_of(unsigned i)
 {
@@ -173,11 +183,7 @@ Test(giveback, reuse_registers_again_and_zeroes)
 	cr_assert(h);
 	enum { N = 64 };
 	void *p[N];
-	for (int i = 0; i < N; i++) {
-		p[i] = rdma_heap_malloc(h, 1 * MiB);
-		cr_assert(p[i]);
-		memset(p[i], 0xab, 1 * MiB);
-	}
+	alloc_each(h, p, N, 1 * MiB, 0xab);
 	void *pin = rdma_heap_malloc(h, 64); /* keeps the first chunk registered */
 	uint64_t gen = rdma_heap_key_generation(h);
 	for (int i = 0; i < N; i++)
@@ -550,11 +556,7 @@ Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_re
 	cr_assert(h);
 	enum { N = 24 };
 	void *p[N];
-	for (int i = 0; i < N; i++) {
-		p[i] = rdma_heap_malloc(h, 256 * KiB);
-		cr_assert(p[i]);
-		memset(p[i], 0xab, 256 * KiB);
-	}
+	alloc_each(h, p, N, 256 * KiB, 0xab);
 	for (int i = 0; i < N; i++)
 		rdma_free(p[i]);
 	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
@@ -567,11 +569,7 @@ Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_re
 	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
 	double t0 = now_s();
 	void *q[N];
-	for (int i = 0; i < N; i++) { /* one of them into the chunk being given back */
-		q[i] = rdma_heap_malloc(h, 256 * KiB);
-		cr_assert(q[i], "%s", strerror(errno));
-		memset(q[i], 0xcd, 256 * KiB);
-	}
+	alloc_each(h, q, N, 256 * KiB, 0xcd); /* some into the chunks being given back */
 	double took = now_s() - t0;
 	int stuck = watchdog_done(&w);
 	pthread_join(t, NULL);

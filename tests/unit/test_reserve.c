@@ -481,6 +481,17 @@ Test(reserve, attach_and_detach_while_being_made)
 	check_accounting(1);
 }
 
+/* Once the thread is done: no chunk, reserve or region left. */
+static void nothing_left(void)
+{
+	rdmalloc_reserves_settle();
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.reserve_chunks, 0);
+	cr_assert_eq(st.chunks, 0);
+	cr_assert_eq(st.mrs, 0);
+	cr_assert_eq(fake_live_mrs(), 0);
+}
+
 static void *destroy_heap(void *arg)
 {
 	return (void *)(intptr_t)rdma_heap_destroy(arg);
@@ -504,12 +515,7 @@ Test(reserve, destroy_while_being_made)
 	void *ret;
 	pthread_join(t, &ret);
 	cr_assert_eq((intptr_t)ret, 0);
-	rdmalloc_reserves_settle();
-	struct rdma_malloc_stats st = stats();
-	cr_assert_eq(st.reserve_chunks, 0);
-	cr_assert_eq(st.chunks, 0);
-	cr_assert_eq(fake_live_mrs(), 0);
-	cr_assert_eq(st.mrs, 0);
+	nothing_left();
 }
 
 /* Until a destroy waits for its reserve's fill (at most 20 s). */
@@ -521,6 +527,24 @@ static void wait_for_the_close(void)
 	cr_assert(rdmalloc_reserve_closes_waiting(), "the destroy does not wait for its reserve's fill");
 }
 
+/* @h's next growth is handed its reserve and the thread is held inside
+ * ibv_reg_mr making the next one (until the watchdog, 20 s, or
+ * watch_done()); @h's blocks are freed if @free_blocks; then a thread
+ * destroys @h, and is waiting for that fill when this returns it. */
+static pthread_t destroy_during_its_fill(rdma_heap_t *h, int free_blocks)
+{
+	fake_block_next_reg();
+	grow(h);
+	fake_wait_blocked();
+	while (free_blocks && nblocks)
+		rdma_free(blocks[--nblocks]);
+	watch_start();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
+	wait_for_the_close();
+	return t;
+}
+
 /* While a destroy waits for the chunk being made for its heap, the rest
  * of the library goes on: another heap is created, grows, is trimmed and
  * destroyed, and a PD is attached, with that fill held inside
@@ -530,15 +554,7 @@ static void wait_for_the_close(void)
 Test(reserve, destroy_waits_for_its_fill_holding_no_lock)
 {
 	rdma_heap_t *h = grown_heap();
-	fake_block_next_reg();
-	grow(h);
-	fake_wait_blocked();
-	while (nblocks)
-		rdma_free(blocks[--nblocks]);
-	watch_start();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
-	wait_for_the_close(); /* the destroy waits for the fill */
+	pthread_t t = destroy_during_its_fill(h, 1);
 	double t0 = now_s();
 	rdma_heap_t *other = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(other, "%s", strerror(errno));
@@ -558,11 +574,7 @@ Test(reserve, destroy_waits_for_its_fill_holding_no_lock)
 	pthread_join(t, &ret);
 	cr_assert(!stuck, "the rest waited for the destroy's fill until it was let go (%.1f s)", took);
 	cr_assert_eq((intptr_t)ret, 0);
-	rdmalloc_reserves_settle();
-	struct rdma_malloc_stats st = stats();
-	cr_assert_eq(st.reserve_chunks, 0);
-	cr_assert_eq(st.chunks, 0);
-	cr_assert_eq(fake_live_mrs(), 0);
+	nothing_left();
 }
 
 /* A destroy that waited for its fill and then found the heap pinned (a
@@ -574,13 +586,7 @@ Test(reserve, a_destroy_refused_after_its_wait_leaves_the_reserve_working)
 	cr_assert(h);
 	grow(h);
 	rdmalloc_reserves_settle();
-	fake_block_next_reg();
-	grow(h);
-	fake_wait_blocked();
-	watch_start();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
-	wait_for_the_close(); /* the destroy waits for the fill */
+	pthread_t t = destroy_during_its_fill(h, 0); /* blocks[0] stays, for a window */
 	struct ibv_qp qp = { .pd = fake_pd(0) };
 	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp, blocks[0], 64, RR, IBV_MW_TYPE_2, 0, 0);
 	int stuck = watch_done();
@@ -614,15 +620,7 @@ Test(reserve, a_destroy_refused_after_its_wait_leaves_the_reserve_working)
 Test(reserve, a_fork_while_a_destroy_waits_for_its_fill)
 {
 	rdma_heap_t *h = grown_heap();
-	fake_block_next_reg();
-	grow(h);
-	fake_wait_blocked();
-	while (nblocks)
-		rdma_free(blocks[--nblocks]);
-	watch_start();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, destroy_heap, h), 0);
-	wait_for_the_close();
+	pthread_t t = destroy_during_its_fill(h, 1);
 	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
@@ -658,10 +656,7 @@ Test(reserve, a_fork_while_a_destroy_waits_for_its_fill)
 	cr_assert_neq(WEXITSTATUS(status), 6, "the child's heap has no reserve");
 	cr_assert_eq(WEXITSTATUS(status), 0, "child: exit %d", WEXITSTATUS(status));
 	cr_assert_eq((intptr_t)ret, 0);
-	rdmalloc_reserves_settle();
-	struct rdma_malloc_stats st = stats();
-	cr_assert_eq(st.chunks, 0);
-	cr_assert_eq(fake_live_mrs(), 0);
+	nothing_left();
 }
 
 /* Under RDMALLOC_MAX_REGISTERED the reserve counts as held, and is given
