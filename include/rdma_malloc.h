@@ -420,8 +420,8 @@ rdma_heap_t *rdma_heap_create_sized(const struct rdma_heap_attr *attr, size_t at
  * memory, or under the LD_PRELOAD drop-in a region the program registered
  * on it with ibv_reg_mr() is not deregistered yet: rdma_malloc_mw_free()
  * or ibv_dereg_mr() it first; nothing is done, but for the chunk registered
- * ahead for its next growth, if the heap was pinned while the call waited
- * for that chunk to be made).
+ * ahead for its next growth, given up if the heap was pinned while the call
+ * gave it up).
  */
 int rdma_heap_destroy(rdma_heap_t *heap);
 

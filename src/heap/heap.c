@@ -69,6 +69,7 @@ struct rdmalloc_heap {
 	_Atomic unsigned narenas;
 	unsigned arenas[RDMALLOC_HEAP_MAX_ARENAS];
 	struct rdmalloc_big_cache big; /* big.c's (its lock) */
+	int destroying; /* a destroy is under way (HEAP lock): another is refused */
 };
 
 #define TC_MAX 4096
@@ -455,8 +456,10 @@ void rdmalloc_heap_fork_child(void)
 		/* No destroy is under way here: the parent's thread in one
 		 * is not the child's, and its heap is in the child's table. */
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
-		if (h)
+		if (h) {
+			h->destroying = 0;
 			rdmalloc_reserve_fork_child_reopen(&h->spec.reserve);
+		}
 	}
 	tl_exited = 0; /* forked from a late destructor: the child's main thread */
 }
@@ -735,22 +738,24 @@ struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int fla
 	return heap_new(access, flags, decay_ms, err);
 }
 
-/* @h is in the table, still of generation @gen (0: any; set to its own),
- * and nothing pins its chunks: 0, with the HEAP and PD locks taken; else
- * EINVAL or EBUSY, with none, and @h's reserve opened again on EBUSY (a
- * destroy that waited for it and found the heap pinned meanwhile). */
-static int destroy_lock(struct rdmalloc_heap *h, uint32_t *gen)
+/* @h is in the table, no other destroy of it under way (the first call,
+ * *@ours 0, marks it as this one's), and nothing pins its chunks: 0, with
+ * the HEAP and PD locks taken; else EINVAL or EBUSY, with none, the mark
+ * gone and @h's reserve opened again on EBUSY (a destroy that waited for
+ * it and found the heap pinned meanwhile). */
+static int destroy_lock(struct rdmalloc_heap *h, int *ours)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-	if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h || (*gen && h->gen != *gen)) {
+	if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h || (!*ours && h->destroying)) {
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
-		return EINVAL; /* destroyed meanwhile, maybe replaced */
+		return EINVAL; /* destroyed, or being destroyed: a second destroy */
 	}
-	*gen = h->gen;
+	*ours = h->destroying = 1;
 	rdmalloc_lock(RDMALLOC_LOCK_PD); /* no attach/detach/window while chunks are released */
 	/* Windows and the drop-in's elided regions (both pin their chunk):
 	 * their owners free them first. */
 	if (rdmalloc_chunks_pinned(h)) {
+		h->destroying = 0;
 		rdmalloc_reserve_reopen(&h->spec.reserve);
 		rdmalloc_unlock(RDMALLOC_LOCK_PD);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
@@ -765,8 +770,8 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 	 * caches hold its memory (and its chunks must outlive the process). */
 	if (!h || h == default_heap || !in_store(h) || rdmalloc_heap_auto_tcache(h))
 		return EINVAL;
-	uint32_t gen = 0;
-	int err = destroy_lock(h, &gen);
+	int ours = 0;
+	int err = destroy_lock(h, &ours);
 	if (err)
 		return err;
 	/* Its reserve first: no growth fills it any more, and the chunk being
@@ -779,7 +784,7 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 		rdmalloc_unlock(RDMALLOC_LOCK_PD);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		rdmalloc_reserve_close(&h->spec.reserve);
-		if ((err = destroy_lock(h, &gen)))
+		if ((err = destroy_lock(h, &ours)))
 			return err;
 	}
 	atomic_store_explicit(&heaps[h->index], NULL, memory_order_release);

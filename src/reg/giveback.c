@@ -214,7 +214,8 @@ void rdmalloc_give_back_fork_child(void)
  * program called malloc holding it).  Past it, and until one of them
  * ends, no commit waits again: a stuck call costs one wait, not one per
  * allocation or per chunk of its batch.  0, or ETIMEDOUT counted in
- * fallbacks (said once).  Chunk lock held (released meanwhile). */
+ * fallbacks (the caller says it, unlocked).  Chunk lock held (released
+ * meanwhile). */
 static int settled(struct rdmalloc_chunk *c)
 {
 	uint64_t deadline = 0;
@@ -225,16 +226,20 @@ static int settled(struct rdmalloc_chunk *c)
 		} else if (!deadline || now >= deadline) {
 			settles_when_late = settles;
 			STAT_INC(fallbacks);
-			rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation stopped waiting for another thread's "
-					  "deregistration or registration of the chunk it would use after %llu ms "
-					  "(that verbs call may wait for a lock the allocating thread holds) and "
-					  "uses other memory (further ones are only counted in fallbacks)",
-					  (unsigned long long)(rdmalloc_fill_wait_ns / 1000000u));
 			return ETIMEDOUT;
 		}
 		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
 	}
 	return 0;
+}
+
+static void said_unsettled(void)
+{
+	rdmalloc_log_once(RDMALLOC_LOG_WARN, "an allocation stopped waiting for another thread's "
+			  "deregistration or registration of the chunk it would use after %llu ms (that "
+			  "verbs call may wait for a lock the allocating thread holds) and uses other "
+			  "memory (further ones are only counted in fallbacks)",
+			  (unsigned long long)(rdmalloc_fill_wait_ns / 1000000u));
 }
 
 int rdmalloc_chunk_commit(void *addr, size_t len)
@@ -248,6 +253,7 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 	for (;; relieved = 1) {
 		if (settled(c)) {
 			rdmalloc_chunk_unlock();
+			said_unsettled();
 			if (relieved)
 				rdmalloc_relief_end();
 			return ENOMEM;

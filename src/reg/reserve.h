@@ -119,11 +119,11 @@ void rdmalloc_reserve_close(struct rdmalloc_reserve *r);
 
 /* 1 if @r is closed, unlisted, with nothing being made, dropped or ready:
  * no growth, relief or thread touches it any more until
- * rdmalloc_reserve_reopen().  No lock held. */
+ * rdmalloc_reserve_reopen().  Chunk lock not held (it takes it). */
 int rdmalloc_reserve_closed(struct rdmalloc_reserve *r);
 
-/* The destroy of its heap failed: growths fill it again.  Under the lock
- * that serialises destroys (the heap layer's). */
+/* The destroy of its heap failed: growths fill it again.  Under the heap
+ * layer's locks, which a destroy takes to mark its heap as its own. */
 void rdmalloc_reserve_reopen(struct rdmalloc_reserve *r);
 
 /* In a fork child (no lock): @r's heap is alive here, whatever destroy of

@@ -580,7 +580,9 @@ Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_re
 	/* Once late, the stuck give-back is not waited for again (each of
 	 * the batch's chunks was, 200 ms each: 2 s here). */
 	cr_assert_lt(took, 1.0, "the stuck give-back was waited for more than once (%.3f s)", took);
-	cr_assert_gt(s1.fallbacks, s0.fallbacks);
+	/* Two at least: one allocation gave up after its wait, the next
+	 * at once. */
+	cr_assert_geq(s1.fallbacks, s0.fallbacks + 2, "no allocation gave up at once after the first");
 	/* jemalloc's first fit keeps choosing the stuck chunk's free
 	 * ranges: each allocation placed there grows a chunk instead (10 of
 	 * 24 here), one at most. */

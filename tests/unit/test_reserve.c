@@ -577,6 +577,25 @@ Test(reserve, destroy_waits_for_its_fill_holding_no_lock)
 	nothing_left();
 }
 
+/* A second destroy of the same heap while the first waits for the fill
+ * (a program's bug) is refused at once with EINVAL, as after the first:
+ * it neither waits for the fill nor touches the reserve of a heap that
+ * may take the slot once the first is done.  Before, it waited for the
+ * fill too (here until the watchdog let it go, 20 s). */
+Test(reserve, a_second_destroy_during_the_first_is_refused)
+{
+	rdma_heap_t *h = grown_heap();
+	pthread_t t = destroy_during_its_fill(h, 1);
+	int second = rdma_heap_destroy(h);
+	int stuck = watch_done();
+	void *ret;
+	pthread_join(t, &ret);
+	cr_assert(!stuck, "the second destroy waited for the fill until it was let go");
+	cr_assert_eq(second, EINVAL);
+	cr_assert_eq((intptr_t)ret, 0);
+	nothing_left();
+}
+
 /* A destroy that waited for its fill and then found the heap pinned (a
  * window granted meanwhile: EBUSY) leaves the heap's reserve working: a
  * growth lists it again, and the next one is handed a chunk made ahead. */
