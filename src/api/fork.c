@@ -12,7 +12,8 @@
  *    still at load, and its prepare runs before jemalloc's.  It first takes
  *    the init lock: fork() waits for a lazy initialisation under way in
  *    another thread (init.c), which the child could neither finish nor
- *    safely run again.
+ *    safely run again.  Then it waits for threads of ours being started
+ *    and for our verbs calls (os.h, verbs.h).
  * No thread holds a jemalloc lock while it waits for an outer lock, and no
  * thread holding an inner lock allocates: so each group can wait for its
  * holders.  The one jemalloc lock held across our code is an arena's growth
@@ -98,6 +99,11 @@ static void outer_prepare(void)
 {
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 	deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
+	unsigned threads = rdmalloc_os_threads_fork_prepare(deadline);
+	if (goes_ahead(threads))
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u threads of rdmalloc's still starting "
+				  "after %llu ms: a child may hang on a lock their start held (counted in "
+				  "fallbacks)", threads, (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u));
 	unsigned calls = rdmalloc_verbs_fork_prepare(deadline);
 	if (goes_ahead(calls))
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u verbs calls of rdmalloc's under way "
@@ -113,6 +119,7 @@ static void outer_prepare(void)
 static void outer_parent(void)
 {
 	rdmalloc_verbs_fork_parent();
+	rdmalloc_os_threads_fork_parent();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
 }
 
@@ -128,6 +135,7 @@ static void outer_child(void)
 	atomic_store_explicit(&rdmalloc_counters.registered_bytes, 0, memory_order_relaxed);
 	rdmalloc_counters_fork_child();
 	rdmalloc_verbs_fork_child();
+	rdmalloc_os_threads_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 }
 

@@ -31,6 +31,8 @@
  * thread (to widen a race window), holding no lock of ours:
  *  RELIEVED  rdmalloc_relieve() (hold.c), after memory went back and
  *            before the caller's retry.
+ *  THREAD_START  a new thread of ours (os.c), placed and not yet counted
+ *            as running: fork() waits for it.
  */
 #ifndef RDMALLOC_FAULT_H
 #define RDMALLOC_FAULT_H
@@ -52,8 +54,14 @@ enum rdmalloc_fault_site {
 };
 
 /* RELIEVED: a registration's relief done, before its retry (reg/hold.c);
- * HEAPS_RELIEVED: an allocation's, before its retry (heap/heap.c). */
-enum rdmalloc_pause_point { RDMALLOC_PAUSE_RELIEVED = 0, RDMALLOC_PAUSE_HEAPS_RELIEVED, RDMALLOC_PAUSE_POINTS };
+ * HEAPS_RELIEVED: an allocation's, before its retry (heap/heap.c);
+ * THREAD_START: a new thread of ours before it runs its function (os.c). */
+enum rdmalloc_pause_point {
+	RDMALLOC_PAUSE_RELIEVED = 0,
+	RDMALLOC_PAUSE_HEAPS_RELIEVED,
+	RDMALLOC_PAUSE_THREAD_START,
+	RDMALLOC_PAUSE_POINTS
+};
 
 #ifdef RDMALLOC_FAULT_INJECTION
 

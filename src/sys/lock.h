@@ -27,6 +27,7 @@
 	X(PD, OUTER, "attach, detach, access changes, heap destruction, windows, elision")   \
 	X(TCACHE, OUTER, "thread-cache ownership")                                           \
 	X(VERBS, INNER, "the count of our verbs calls under way, which fork() waits for")   \
+	X(STARTS, INNER, "threads of ours created and not yet running, which fork() waits for") \
 	X(CHUNK, INNER, "chunk list, address-map writers, descriptors, PD table, creators")  \
 	X(BIG, INNER, "every heap's freed big blocks kept for reuse")                        \
 	X(ODP, INNER, "the shared implicit ODP regions and their reference counts")          \

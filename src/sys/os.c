@@ -21,6 +21,7 @@
 
 #include "counters.h"
 #include "fault.h"
+#include "lock.h"
 #include "log.h"
 #include "maptrack.h"
 
@@ -302,10 +303,29 @@ report:
 typedef void *(*thread_fn)(void *);
 static _Atomic(thread_fn) entries[4];
 
+/* Threads of ours created and not yet running their function, and whether
+ * a fork is coming (STARTS lock; os.h says why fork() waits for them). */
+static unsigned starting;
+static int forking;
+/* This thread is the one forking: a start it makes meanwhile (a malloc in
+ * a fork handler that runs after ours) goes ahead rather than wait for
+ * its own fork. */
+static RDMALLOC_TLS int forker;
+
+static void started_one(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
+	if (!--starting && forking)
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_STARTS);
+	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+}
+
 static void *placed(void *slot)
 {
 	thread_fn fn = atomic_load_explicit((_Atomic(thread_fn) *)slot, memory_order_acquire);
 	place_self();
+	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_THREAD_START);
+	started_one();
 	return fn(NULL);
 }
 
@@ -333,17 +353,63 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
 	for (unsigned i = 0; i < sizeof faults / sizeof faults[0]; i++)
 		sigdelset(&all, faults[i]);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int cancel; /* a thread cancelled in the wait below would keep the lock */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_attr_t attr;
 	int err = pthread_attr_init(&attr);
 	if (!err) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, stack);
-		for (pthread_t t; *started < n && !(err = pthread_create(&t, &attr, placed, (void *)slot));)
+		while (*started < n) {
+			/* Counted before it exists, so that a fork that finds
+			 * none starting has none half created either; none is
+			 * started while a fork is coming.  (Every signal is
+			 * blocked: no fork from a handler here.) */
+			rdmalloc_lock(RDMALLOC_LOCK_STARTS);
+			while (forking && !forker)
+				rdmalloc_lock_wait(RDMALLOC_LOCK_STARTS);
+			starting++;
+			rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+			pthread_t t;
+			if ((err = pthread_create(&t, &attr, placed, (void *)slot))) {
+				started_one();
+				break;
+			}
 			++*started;
+		}
 		pthread_attr_destroy(&attr);
 	}
+	pthread_setcancelstate(cancel, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return err;
+}
+
+unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
+	forking = 1;
+	forker = 1;
+	while (starting && rdmalloc_now_ns() < deadline_ns)
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_STARTS, deadline_ns);
+	unsigned left = starting;
+	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	return left;
+}
+
+void rdmalloc_os_threads_fork_parent(void)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
+	forking = 0;
+	forker = 0;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_STARTS);
+	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+}
+
+void rdmalloc_os_threads_fork_child(void)
+{
+	forking = 0;
+	forker = 0;
+	starting = 0; /* those threads are not in the child */
 }
 
 int rdmalloc_os_barrier_all_threads(void)

@@ -75,6 +75,23 @@ int rdmalloc_os_barrier_all_threads(void);
  * Never from a hook or with a lock of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
+/*
+ * fork() and the threads being started: a thread is created by glibc and
+ * set up by whatever intercepts pthread_create (a sanitizer's runtime)
+ * before it runs our function, and that set-up may take locks of theirs
+ * that no fork handler takes (ASan's allocator, in GCC 12).  A child
+ * forked meanwhile inherits them taken and hangs at its first thread or
+ * allocation.  So a fork waits, until @deadline_ns at most (api/fork.h
+ * says why a bound), for the threads of ours created and not yet running,
+ * and none is started while it is coming (rdmalloc_os_start_threads waits
+ * for the fork to end: its callers hold no lock; but for the forking
+ * thread's own, from a fork handler).  The number left
+ * starting, which the caller says.  STARTS lock taken and released.
+ */
+unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns);
+void rdmalloc_os_threads_fork_parent(void);
+/* No lock taken: the child has one thread. */
+void rdmalloc_os_threads_fork_child(void);
 /* Note the calling thread's placement as the process's at load (the
  * library's constructor; tests, to stand for another start). */
 RDMALLOC_TESTABLE void rdmalloc_os_note_placement(void);
