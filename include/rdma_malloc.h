@@ -421,7 +421,8 @@ rdma_heap_t *rdma_heap_create_sized(const struct rdma_heap_attr *attr, size_t at
  * on it with ibv_reg_mr() is not deregistered yet: rdma_malloc_mw_free()
  * or ibv_dereg_mr() it first; nothing is done, but for the chunk registered
  * ahead for its next growth, given up if the heap was pinned while the call
- * gave it up).
+ * gave it up); or, in a fork child, fork() went ahead of the library
+ * giving the heap's memory back (said once; never destroyed there).
  */
 int rdma_heap_destroy(rdma_heap_t *heap);
 

@@ -9,11 +9,12 @@
  *    initialises (a priority constructor, and the first allocation of the
  *    LD_PRELOAD drop-in), and its prepare runs after jemalloc's;
  *  - the outer handler is registered right after jemalloc initialised,
- *    still at load, and its prepare runs before jemalloc's.  It first takes
- *    the init lock: fork() waits for a lazy initialisation under way in
- *    another thread (init.c), which the child could neither finish nor
- *    safely run again.  Then it waits for threads of ours being started
- *    and for our verbs calls (os.h, verbs.h).
+ *    still at load, and its prepare runs before jemalloc's.  It first
+ *    waits for the decay's and the trims' work on the arenas (heap.h),
+ *    then takes the init lock: fork() waits for a lazy initialisation
+ *    under way in another thread (init.c), which the child could neither
+ *    finish nor safely run again.  Then it waits for threads of ours
+ *    being started and for our verbs calls (os.h, verbs.h).
  * No thread holds a jemalloc lock while it waits for an outer lock, and no
  * thread holding an inner lock allocates: so each group can wait for its
  * holders.  The one jemalloc lock held across our code is an arena's growth
@@ -97,8 +98,17 @@ static void inner_child(void)
  * before jemalloc's prepare, whose locks such a call may want. */
 static void outer_prepare(void)
 {
-	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 	deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
+	/* First the decay's and the trims' work on the arenas, which holds
+	 * none of our locks but calls verbs and jemalloc: a child would
+	 * inherit an arena half purged, which jemalloc never purges again. */
+	unsigned purges = rdmalloc_heap_fork_prepare(deadline);
+	if (goes_ahead(purges))
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with rdmalloc giving memory back from %u "
+				  "heaps after %llu ms: in the child, the memory being given back stays with "
+				  "that heap and its arena may not give memory back again (counted in "
+				  "fallbacks)", purges, (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u));
+	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 	unsigned threads = rdmalloc_os_threads_fork_prepare(deadline);
 	if (goes_ahead(threads))
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u threads of rdmalloc's still starting "
@@ -120,6 +130,7 @@ static void outer_parent(void)
 {
 	rdmalloc_verbs_fork_parent();
 	rdmalloc_os_threads_fork_parent();
+	rdmalloc_heap_fork_parent();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
 }
 

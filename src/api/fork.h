@@ -12,9 +12,10 @@ void rdmalloc_fork_register_inner(void);
 /* After jemalloc initialised (idempotent). */
 void rdmalloc_fork_register_outer(void);
 
-/* How long fork() waits, in all, for work of ours under way: threads of
- * ours being started (os.h), verbs calls (verbs.h), then the reserve's
- * thread and the crew's workers (reserve.h, crew.h).  A call may never end: one whose allocation needs a lock the
+/* How long fork() waits, in all, for work of ours under way: the decay's
+ * and the trims' work on the arenas (heap.h), threads of ours being
+ * started (os.h), verbs calls (verbs.h), then the reserve's thread and
+ * the crew's workers (reserve.h, crew.h).  A call may never end: one whose allocation needs a lock the
  * program's own fork handler already took (an allocator whose handler runs
  * before ours), one of the reserve thread's that frees into jemalloc after
  * jemalloc's prepare.  (The crew's workers only madvise, which ends.)

@@ -131,8 +131,8 @@ static void keep(struct rdmalloc_big_cache *k, struct rdmalloc_chunk *c, uint64_
 
 /* Release the chunks chained on @list: those pinned (an elided region or a
  * window on freed memory) are kept until they are not.  No lock of ours
- * held but HEAP (the decay tick, a trim); in a section, as a chunk is made
- * (rdmalloc_big_alloc). */
+ * held (the decay tick, a trim: the heap marked as theirs); in a section,
+ * as a chunk is made (rdmalloc_big_alloc). */
 static size_t release(struct rdmalloc_chunk *list, uint64_t now)
 {
 	if (!list)

@@ -70,6 +70,8 @@ struct rdmalloc_heap {
 	unsigned arenas[RDMALLOC_HEAP_MAX_ARENAS];
 	struct rdmalloc_big_cache big; /* big.c's (its lock) */
 	int destroying; /* a destroy is under way (HEAP lock): another is refused */
+	int purging;    /* a tick or a trim works on its arenas (HEAP lock; purge_take) */
+	int purge_lost; /* a fork child's: the fork went ahead of such work (never destroyed) */
 };
 
 #define TC_MAX 4096
@@ -110,6 +112,8 @@ struct tl_cache {
 	struct tc_sync *sync; /* tc_sync[id], or tl_none */
 };
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
+static unsigned purges;    /* heaps a tick or a trim works on (HEAP lock; purge_take) */
+static int purges_stopped; /* a fork is coming: no tick or trim starts (HEAP lock) */
 /* The thread's uncached uses: no tick ever reads it. */
 static RDMALLOC_TLS struct tc_sync tl_none;
 /* thread_exit has run: the thread ends, and a cache made now would never
@@ -458,10 +462,17 @@ void rdmalloc_heap_fork_child(void)
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
 		if (h) {
 			h->destroying = 0;
+			/* The fork went ahead of a purge of its arenas: jemalloc
+			 * marks them as being purged for ever here, and would
+			 * destroy them half purged (rdmalloc_heap_destroy). */
+			h->purge_lost = h->purging;
+			h->purging = 0;
 			rdmalloc_reserve_fork_child_reopen(&h->spec.reserve);
 		}
 	}
 	tl_exited = 0; /* forked from a late destructor: the child's main thread */
+	purges = 0;
+	purges_stopped = 0;
 }
 
 RDMALLOC_TESTABLE unsigned rdmalloc_heap_live_caches(void)
@@ -685,31 +696,125 @@ out:
 }
 
 /*
+ * Ticks and trims work on a heap's arenas without the HEAP lock: their
+ * hooks give chunks back, and ibv_dereg_mr may take long or wait for a
+ * lock that a thread of the program holds, while heap creation, the
+ * stats and fork() take that lock.  purge_take marks @h as worked on
+ * (HEAP lock held): one at a time per heap (jemalloc skips an arena whose
+ * purge is under way: a trim would do nothing), none while @h is being
+ * destroyed (the destroy waits for the one under way instead) or a fork
+ * is coming (it waits for those under way: a child must not inherit a
+ * purge half done, which jemalloc would never finish).  How it waits for
+ * the work under way on @h and for a fork, by @how:
+ */
+enum purge_how {
+	PURGE_TICK,    /* the decay: not for another's work (a trim gives back all), for a fork */
+	PURGE_RELIEF,  /* inside an allocation: both at most rdmalloc_fill_wait_ns, then without @h */
+	PURGE_TRIM,    /* rdma_malloc_trim(): for both */
+};
+
+/* 1 if taken. */
+static int purge_take(struct rdmalloc_heap *h, enum purge_how how)
+{
+	uint64_t deadline = how == PURGE_RELIEF ? rdmalloc_now_ns() + rdmalloc_fill_wait_ns : 0;
+	for (;;) {
+		if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h || h->destroying)
+			return 0;
+		if (!h->purging && !purges_stopped)
+			break;
+		if (how == PURGE_TICK && h->purging)
+			return 0;
+		if (!deadline) {
+			rdmalloc_lock_wait(RDMALLOC_LOCK_HEAP);
+		} else if (rdmalloc_now_ns() >= deadline) {
+			return 0;
+		} else {
+			rdmalloc_lock_wait_until(RDMALLOC_LOCK_HEAP, deadline);
+		}
+	}
+	h->purging = 1;
+	purges++;
+	return 1;
+}
+
+/* HEAP lock held. */
+static void purge_drop(struct rdmalloc_heap *h)
+{
+	h->purging = 0;
+	purges--;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_HEAP); /* a destroy, a trim or a fork may wait */
+}
+
+/* The heap at @i taken for a tick or a trim (purge_take), or NULL; with
+ * @decay_ms, only one whose idle memory goes back (*@decay_ms: its decay
+ * time, read under the lock; else untouched). */
+static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, long *decay_ms)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
+	if (h && decay_ms) {
+		if (h->decay_ms < 0)
+			h = NULL;
+		else
+			*decay_ms = h->decay_ms;
+	}
+	if (h && !purge_take(h, how))
+		h = NULL;
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	return h;
+}
+
+static void purge_end(struct rdmalloc_heap *h)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	purge_drop(h);
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+}
+
+unsigned rdmalloc_heap_fork_prepare(uint64_t deadline_ns)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	purges_stopped = 1;
+	while (purges && rdmalloc_now_ns() < deadline_ns)
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_HEAP, deadline_ns);
+	unsigned left = purges;
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	return left;
+}
+
+void rdmalloc_heap_fork_parent(void)
+{
+	purges_stopped = 0;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_HEAP);
+}
+
+/*
  * The background thread's tick (reserve.h): jemalloc's time-based decay of
- * every heap whose idle memory goes back, then its big blocks kept past
- * the decay time, then the
- * thread caches idle for the decay time.  The next
- * tick in a tenth of the shortest decay time, at least 100 ms and at most
- * 1 s apart; 0 when no heap decays.
+ * every heap whose idle memory goes back (but one a trim works on, which
+ * gives back all), then its big blocks kept past the decay time, then the
+ * thread caches idle for the decay time.  The next tick in a tenth of the
+ * shortest decay time, at least 100 ms and at most 1 s apart; 0 when no
+ * heap decays.
  */
 static uint64_t heaps_tick(void)
 {
 	long shortest = -1;
-	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-	uint64_t now = rdmalloc_now_ns();
+	uint64_t now = 0;
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
-		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
-		if (!h || h->decay_ms < 0)
+		long decay_ms = -1;
+		struct rdmalloc_heap *h = purge_begin(i, PURGE_TICK, &decay_ms);
+		if (decay_ms >= 0 && (shortest < 0 || decay_ms < shortest))
+			shortest = decay_ms; /* a heap another works on too: it decays */
+		if (!h)
 			continue;
-		if (shortest < 0 || h->decay_ms < shortest)
-			shortest = h->decay_ms;
-		unsigned n = atomic_load_explicit(&h->narenas, memory_order_relaxed);
+		now = rdmalloc_now_ns(); /* after a wait for a fork */
+		unsigned n = atomic_load_explicit(&h->narenas, memory_order_acquire);
 		for (unsigned k = 0; k < n; k++)
 			rdmalloc_arena_ctl(h->arenas[k], "decay", NULL, NULL, NULL, 0);
 		rdmalloc_big_decay(h, now, 0);
+		purge_end(h);
 	}
-	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
-	rdmalloc_heap_flush_idle_caches(now);
+	rdmalloc_heap_flush_idle_caches(now ? now : rdmalloc_now_ns());
 	if (shortest < 0)
 		return 0;
 	uint64_t period = (uint64_t)shortest * 100000u; /* a tenth, in ns */
@@ -774,14 +879,27 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 	int err = destroy_lock(h, &ours);
 	if (err)
 		return err;
+	if (h->purge_lost) { /* its arena's dirty pages could not be purged first */
+		h->destroying = 0;
+		rdmalloc_unlock(RDMALLOC_LOCK_PD);
+		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+		rdmalloc_log_once(RDMALLOC_LOG_WARN, "a heap cannot be destroyed in this fork child: fork() went "
+				  "ahead of rdmalloc giving its memory back, which jemalloc cannot finish here "
+				  "(EBUSY; its memory stays with the process)");
+		return EBUSY;
+	}
 	/* Its reserve first: no growth fills it any more, and the chunk being
 	 * made for it is waited for with none of our locks held.  That
 	 * ibv_reg_mr may take long (a big chunk, a slow provider), and every
 	 * heap's creation, trim and pressure relief, every PD attach, detach
 	 * and access change, window and elided region waited behind it.  A
-	 * closed reserve stays closed: only a destroy refused reopens it. */
-	while (!rdmalloc_reserve_closed(&h->spec.reserve)) {
+	 * closed reserve stays closed: only a destroy refused reopens it.
+	 * No tick or trim starts on it now (destroying): the one under way is
+	 * waited for as the reserve is. */
+	while (!rdmalloc_reserve_closed(&h->spec.reserve) || h->purging) {
 		rdmalloc_unlock(RDMALLOC_LOCK_PD);
+		while (h->purging) /* a tick's or a trim's work on its arenas (purge_take) */
+			rdmalloc_lock_wait(RDMALLOC_LOCK_HEAP);
 		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 		rdmalloc_reserve_close(&h->spec.reserve);
 		if ((err = destroy_lock(h, &ours)))
@@ -813,37 +931,45 @@ int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 void rdmalloc_heap_purge(rdma_heap_t *heap)
 {
 	struct rdmalloc_heap *h = (struct rdmalloc_heap *)heap;
-	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_relaxed); i++)
+	for (unsigned i = 0; i < atomic_load_explicit(&h->narenas, memory_order_acquire); i++)
 		rdmalloc_arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
 }
 
-size_t rdmalloc_heaps_trim(void)
+/* rdmalloc_heaps_trim's, or a relief's (@how). */
+static size_t trim(enum purge_how how)
 {
 	/* The calling thread's caches hold freed blocks jemalloc counts as in
 	 * use: flushed first, so that their pages can go too. */
 	je_mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
 	uint64_t before = atomic_load(&rdmalloc_counters.bytes_given_back);
-	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	rdmalloc_reserves_drop(0); /* registered memory nobody uses */
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
-		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
-		if (h) {
-			struct tl_cache *t = &tl[h->index];
-			/* Its own cache, outside any use of it: no bracket.
-			 * A tick flushing the same id meanwhile is serialised
-			 * by jemalloc (tcaches_flush takes the cache out under
-			 * its mutex; the second finds it taken). */
-			if (t->gen == h->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
-				unsigned tc = tcache_id(t->tcflag);
-				je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
-			}
-			rdmalloc_heap_purge((rdma_heap_t *)h);
-			rdmalloc_big_decay(h, 0, 1);
+		struct rdmalloc_heap *h = purge_begin(i, how, NULL);
+		if (!h)
+			continue;
+		struct tl_cache *t = &tl[h->index];
+		/* Its own cache, outside any use of it: no bracket.  A tick
+		 * flushing the same id meanwhile is serialised by jemalloc
+		 * (tcaches_flush takes the cache out under its mutex; the
+		 * second finds it taken); a destroy waits for us. */
+		if (t->gen == h->gen && t->tcflag != MALLOCX_TCACHE_NONE) {
+			unsigned tc = tcache_id(t->tcflag);
+			je_mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
 		}
+		rdmalloc_heap_purge((rdma_heap_t *)h);
+		rdmalloc_big_decay(h, 0, 1);
+		/* Every idle chunk, the kept ones too: jemalloc decommitted
+		 * them all.  Here, so that a destroy waits for it holding none
+		 * of our locks. */
+		rdmalloc_chunks_give_back(h);
+		purge_end(h);
 	}
-	/* Every idle chunk, the kept ones too: jemalloc decommitted them all. */
-	rdmalloc_chunks_give_back(NULL);
-	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return (size_t)(atomic_load(&rdmalloc_counters.bytes_given_back) - before);
+}
+
+size_t rdmalloc_heaps_trim(void)
+{
+	return trim(PURGE_TRIM);
 }
 
 int rdmalloc_heaps_relieve(void)
@@ -854,7 +980,7 @@ int rdmalloc_heaps_relieve(void)
 		return 0; /* not memory pressure (a huge request, say): nothing to relieve */
 	rdmalloc_tl_pressure = 0;
 	rdmalloc_relief_begin();
-	size_t back = rdmalloc_heaps_trim();
+	size_t back = trim(PURGE_RELIEF); /* inside an allocation: bounded waits */
 	if (!back) {
 		rdmalloc_relief_end();
 		return 0;

@@ -39,9 +39,10 @@ void rdmalloc_heap_init_default(unsigned int access);
 RDMALLOC_TESTABLE struct rdmalloc_heap *rdmalloc_heap_create(unsigned int access, unsigned int flags, long decay_ms,
 						       int *err);
 /* rdma_malloc_trim(): this thread's caches flushed, every heap's free
- * pages decommitted, every idle chunk given back.  The bytes given back
- * meanwhile (by any thread).
- * Takes the HEAP lock. */
+ * pages decommitted, every idle chunk given back, after the tick's or
+ * another trim's work on that heap if one is under way.  The bytes given
+ * back meanwhile (by any thread).  Takes the HEAP lock, but not across
+ * the work. */
 size_t rdmalloc_heaps_trim(void);
 /* An allocation failed (jemalloc returned NULL): if a chunk was refused
  * on this thread for want of memory since the last relief, give back what
@@ -152,6 +153,13 @@ RDMALLOC_TESTABLE void rdmalloc_heap_caches_dump(int fd);
  * (jemalloc cannot flush or destroy those in a child, heap.c says why);
  * the child's threads make new ones. */
 void rdmalloc_heap_fork_child(void);
+/* fork() is coming: no tick or trim starts on a heap's arenas, and those
+ * under way are waited for until @deadline_ns (rdmalloc_now_ns()): a
+ * child must not inherit an arena half purged.  The number left under way;
+ * rdmalloc_heap_fork_parent (HEAP lock held, by the fork) or the child's
+ * handler lets them start again.  No lock held. */
+unsigned rdmalloc_heap_fork_prepare(uint64_t deadline_ns);
+void rdmalloc_heap_fork_parent(void);
 
 int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h);
 /* More arenas for @h, with the same hooks and settings, so that threads

@@ -23,7 +23,7 @@
 /* X(ID, group, what it guards) */
 #define RDMALLOC_LOCKS(X)                                                                    \
 	X(INIT, OUTER, "the lazy one-time initialisation")                                   \
-	X(HEAP, OUTER, "the heap table, heap creation and destruction")                      \
+	X(HEAP, OUTER, "the heap table, heap creation and destruction, purges under way")     \
 	X(PD, OUTER, "attach, detach, access changes, heap destruction, windows, elision")   \
 	X(TCACHE, OUTER, "thread-cache ownership")                                           \
 	X(VERBS, INNER, "the count of our verbs calls under way, which fork() waits for")   \

@@ -25,6 +25,7 @@
 #include "chunk.h"
 #include "clock_now.h"
 #include "fake_verbs.h"
+#include "fork.h"
 #include "reserve.h"
 #include "heap.h"
 #include "own_stack.h"
@@ -533,6 +534,20 @@ Test(giveback, never_until_trim)
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
+/* @n blocks of 256 KiB of a heap that never decays, freed: a trim then
+ * gives chunks back (with 64, from inside the purge of its arena). */
+static rdma_heap_t *freed_heap(int n)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
+	cr_assert(h);
+	void *p[64];
+	cr_assert_leq(n, 64);
+	alloc_each(h, p, n, 256 * KiB, 0xab);
+	for (int i = 0; i < n; i++)
+		rdma_free(p[i]);
+	return h;
+}
+
 static void *trim_thread(void *arg)
 {
 	(void)arg;
@@ -547,18 +562,12 @@ static void *trim_thread(void *arg)
  * uses other memory (a new chunk), counted in fallbacks and said once,
  * and no allocation waits again until a give-back or take-back ends.  Before,
  * it waited for the deregistration without end (here until a 20 s
- * watchdog let it go).  The stats are read outside the stuck call: a
- * trim holds the heap table's lock, which they take. */
+ * watchdog let it go). */
 Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_reserve)
 {
 	cr_redirect_stderr();
-	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = -1 });
-	cr_assert(h);
 	enum { N = 24 };
-	void *p[N];
-	alloc_each(h, p, N, 256 * KiB, 0xab);
-	for (int i = 0; i < N; i++)
-		rdma_free(p[i]);
+	rdma_heap_t *h = freed_heap(N);
 	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
 	struct rdma_malloc_stats s0 = stats_now();
 	fake_block_next_dereg();
@@ -594,6 +603,129 @@ Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_re
 		cr_assert_eq(rdma_malloc_keys(q[i], 256 * KiB, NULL, &lkey, NULL), 0);
 		rdma_free(q[i]);
 	}
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(stats().mrs, fake_live_mrs());
+}
+
+/* A trim (the decay tick alike) works on a heap's arenas without the
+ * heap table's lock: while its give-back is held inside ibv_dereg_mr,
+ * the stats, heap creation, and the destruction of a heap it is not
+ * working on (made before it began) go on.  Before, they waited for that
+ * deregistration (here until a 20 s watchdog let it go). */
+Test(giveback, a_stuck_give_back_holds_up_no_other_call, .init = setup_no_reserve)
+{
+	rdma_heap_t *older = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(older);
+	rdma_heap_t *h = freed_heap(64);
+	fake_block_next_dereg();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
+	fake_wait_blocked(); /* inside the purge of h's arena: a decommit gives back */
+	struct watchdog w;
+	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
+	struct rdma_malloc_stats st = stats_now();
+	rdma_heap_t *other = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	int made = other != NULL;
+	int destroyed = made && rdma_heap_destroy(other) == 0;
+	int older_destroyed = rdma_heap_destroy(older) == 0;
+	int stuck = watchdog_done(&w);
+	pthread_join(t, NULL);
+	cr_assert(!stuck, "a call waited for the trim's deregistration until it was let go");
+	cr_assert(made && destroyed && older_destroyed);
+	cr_assert_gt(st.chunks, 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(stats().mrs, fake_live_mrs());
+}
+
+static void *release_in_300ms(void *arg)
+{
+	(void)arg;
+	sleep_ms(300);
+	fake_release_reg();
+	return NULL;
+}
+
+/* fork() while a trim works on a heap's arenas waits for that work (a
+ * slow ibv_dereg_mr here, 300 ms): the child inherits no arena half
+ * purged, which jemalloc would never purge again, so a trim in the child
+ * gives back a chunk that the heap uses and frees there. */
+Test(giveback, a_fork_waits_for_a_trim_under_way, .init = setup_no_reserve)
+{
+	rdma_heap_t *h = freed_heap(64);
+	fake_block_next_dereg();
+	pthread_t t, r;
+	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
+	fake_wait_blocked();
+	cr_assert_eq(pthread_create(&r, NULL, release_in_300ms, NULL), 0);
+	struct rdma_malloc_stats s0 = stats_now();
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		rdma_malloc_trim(); /* what the parent's trim left */
+		void *p = rdma_heap_malloc(h, 8 * MiB); /* a chunk of its own */
+		if (!p)
+			_exit(3);
+		memset(p, 0x5a, 8 * MiB);
+		rdma_free(p);
+		struct rdma_malloc_stats c0 = stats_now();
+		rdma_malloc_trim();
+		struct rdma_malloc_stats c1 = stats_now();
+		_exit(c1.bytes_given_back - c0.bytes_given_back >= 8 * MiB ? 0 : 5);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	pthread_join(r, NULL);
+	pthread_join(t, NULL);
+	cr_assert(WIFEXITED(status), "child: status %#x", status);
+	cr_assert_neq(WEXITSTATUS(status), 5, "the child's trim gave nothing back: its arena was half purged");
+	cr_assert_eq(WEXITSTATUS(status), 0, "child: exit %d", WEXITSTATUS(status));
+	cr_assert_eq(stats_now().fallbacks, s0.fallbacks, "the fork went ahead");
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* fork() while a trim is held inside a give-back's ibv_dereg_mr: the
+ * fork waits for the trim's work on the heap's arenas at most its bound
+ * (shortened here), then goes ahead, counted once; in the child nothing
+ * works on that heap, which allocates, and whose destroy is refused at
+ * once (EBUSY, said): jemalloc, which marks its arena as being purged for
+ * ever there, would destroy it half purged.  Before, the fork waited for
+ * the trim without end. */
+Test(giveback, a_fork_during_a_stuck_trim, .init = setup_no_reserve)
+{
+	cr_redirect_stderr();
+	rdma_heap_t *h = freed_heap(64);
+	fake_block_next_dereg();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
+	fake_wait_blocked();
+	struct watchdog w;
+	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
+	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(20);
+		void *q = rdma_heap_malloc(h, 256 * KiB);
+		if (!q)
+			_exit(3);
+		memset(q, 0x5a, 256 * KiB);
+		rdma_free(q);
+		_exit(rdma_heap_destroy(h) == EBUSY ? 0 : 4);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	int stuck = watchdog_done(&w);
+	pthread_join(t, NULL);
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+	cr_assert(!stuck, "fork() or the child waited for the trim until it was let go");
+	cr_assert(WIFEXITED(status), "child: status %#x (14: SIGALRM, it hung)", status);
+	cr_assert_neq(WEXITSTATUS(status), 4, "the child destroyed a heap whose purge the fork went ahead of");
+	cr_assert_eq(WEXITSTATUS(status), 0, "child: exit %d", WEXITSTATUS(status));
+	char buf[4096];
+	stderr_said(buf, sizeof(buf));
+	cr_assert(strstr(buf, "fork() went ahead with rdmalloc giving memory back"), "stderr: %s", buf);
+	cr_assert(strstr(buf, "a heap cannot be destroyed in this fork child"), "stderr: %s", buf);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 	cr_assert_eq(stats().mrs, fake_live_mrs());
 }
