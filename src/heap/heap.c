@@ -465,7 +465,7 @@ void rdmalloc_heap_fork_child(void)
 			/* The fork went ahead of a purge of its arenas: jemalloc
 			 * marks them as being purged for ever here, and would
 			 * destroy them half purged (rdmalloc_heap_destroy). */
-			h->purge_lost = h->purging;
+			h->purge_lost |= h->purging; /* a grandchild's too */
 			h->purging = 0;
 			rdmalloc_reserve_fork_child_reopen(&h->spec.reserve);
 		}
@@ -709,14 +709,14 @@ out:
  */
 enum purge_how {
 	PURGE_TICK,    /* the decay: not for another's work (a trim gives back all), for a fork */
-	PURGE_RELIEF,  /* inside an allocation: both at most rdmalloc_fill_wait_ns, then without @h */
+	PURGE_RELIEF,  /* inside an allocation: both until @deadline, then without @h */
 	PURGE_TRIM,    /* rdma_malloc_trim(): for both */
 };
 
-/* 1 if taken. */
-static int purge_take(struct rdmalloc_heap *h, enum purge_how how)
+/* 1 if taken.  @deadline: a relief's, one for all the heaps it goes
+ * through (rdmalloc_fill_wait_ns from its start); else 0. */
+static int purge_take(struct rdmalloc_heap *h, enum purge_how how, uint64_t deadline)
 {
-	uint64_t deadline = how == PURGE_RELIEF ? rdmalloc_now_ns() + rdmalloc_fill_wait_ns : 0;
 	for (;;) {
 		if (atomic_load_explicit(&heaps[h->index], memory_order_relaxed) != h || h->destroying)
 			return 0;
@@ -748,7 +748,7 @@ static void purge_drop(struct rdmalloc_heap *h)
 /* The heap at @i taken for a tick or a trim (purge_take), or NULL; with
  * @decay_ms, only one whose idle memory goes back (*@decay_ms: its decay
  * time, read under the lock; else untouched). */
-static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, long *decay_ms)
+static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, uint64_t deadline, long *decay_ms)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
 	struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
@@ -758,7 +758,7 @@ static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, long *d
 		else
 			*decay_ms = h->decay_ms;
 	}
-	if (h && !purge_take(h, how))
+	if (h && !purge_take(h, how, deadline))
 		h = NULL;
 	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
 	return h;
@@ -802,7 +802,7 @@ static uint64_t heaps_tick(void)
 	uint64_t now = 0;
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		long decay_ms = -1;
-		struct rdmalloc_heap *h = purge_begin(i, PURGE_TICK, &decay_ms);
+		struct rdmalloc_heap *h = purge_begin(i, PURGE_TICK, 0, &decay_ms);
 		if (decay_ms >= 0 && (shortest < 0 || decay_ms < shortest))
 			shortest = decay_ms; /* a heap another works on too: it decays */
 		if (!h)
@@ -869,7 +869,20 @@ static int destroy_lock(struct rdmalloc_heap *h, int *ours)
 	return 0;
 }
 
+static int heap_destroy(struct rdmalloc_heap *h);
+
+/* Not cancelled midway: a thread cancelled in one of its waits would keep
+ * the HEAP lock, or its heap marked as being destroyed. */
 int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
+{
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	int err = heap_destroy(h);
+	pthread_setcancelstate(cancel, NULL);
+	return err;
+}
+
+static int heap_destroy(struct rdmalloc_heap *h)
 {
 	/* The drop-in's heap: threads are bound to its arenas and automatic
 	 * caches hold its memory (and its chunks must outlive the process). */
@@ -935,16 +948,21 @@ void rdmalloc_heap_purge(rdma_heap_t *heap)
 		rdmalloc_arena_ctl(h->arenas[i], "purge", NULL, NULL, NULL, 0);
 }
 
-/* rdmalloc_heaps_trim's, or a relief's (@how). */
+/* rdmalloc_heaps_trim's, or a relief's (@how).  Not cancelled midway: a
+ * thread cancelled in a wait would keep the HEAP lock, or a heap marked as
+ * worked on for ever. */
 static size_t trim(enum purge_how how)
 {
+	int cancel;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	uint64_t deadline = how == PURGE_RELIEF ? rdmalloc_now_ns() + rdmalloc_fill_wait_ns : 0;
 	/* The calling thread's caches hold freed blocks jemalloc counts as in
 	 * use: flushed first, so that their pages can go too. */
 	je_mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
 	uint64_t before = atomic_load(&rdmalloc_counters.bytes_given_back);
 	rdmalloc_reserves_drop(0); /* registered memory nobody uses */
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
-		struct rdmalloc_heap *h = purge_begin(i, how, NULL);
+		struct rdmalloc_heap *h = purge_begin(i, how, deadline, NULL);
 		if (!h)
 			continue;
 		struct tl_cache *t = &tl[h->index];
@@ -964,6 +982,7 @@ static size_t trim(enum purge_how how)
 		rdmalloc_chunks_give_back(h);
 		purge_end(h);
 	}
+	pthread_setcancelstate(cancel, NULL);
 	return (size_t)(atomic_load(&rdmalloc_counters.bytes_given_back) - before);
 }
 

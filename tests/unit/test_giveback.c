@@ -555,6 +555,17 @@ static void *trim_thread(void *arg)
 	return NULL;
 }
 
+/* A trim on a thread of its own, held inside its first ibv_dereg_mr
+ * (until fake_release_reg()). */
+static pthread_t trim_held(void)
+{
+	fake_block_next_dereg();
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
+	fake_wait_blocked();
+	return t;
+}
+
 /* An allocation that would use a chunk being given back waits for that
  * chunk's deregistration on another thread (a trim here, the decay tick on
  * the reserve's thread usually) at most rdmalloc_fill_wait_ns: that
@@ -570,10 +581,7 @@ Test(giveback, a_commit_stops_waiting_for_a_stuck_give_back, .init = setup_no_re
 	rdma_heap_t *h = freed_heap(N);
 	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
 	struct rdma_malloc_stats s0 = stats_now();
-	fake_block_next_dereg();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
-	fake_wait_blocked(); /* the trim gives a chunk back, inside ibv_dereg_mr */
+	pthread_t t = trim_held(); /* the trim gives a chunk back, inside ibv_dereg_mr */
 	struct watchdog w;
 	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
 	double t0 = now_s();
@@ -617,10 +625,7 @@ Test(giveback, a_stuck_give_back_holds_up_no_other_call, .init = setup_no_reserv
 	rdma_heap_t *older = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(older);
 	rdma_heap_t *h = freed_heap(64);
-	fake_block_next_dereg();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
-	fake_wait_blocked(); /* inside the purge of h's arena: a decommit gives back */
+	pthread_t t = trim_held(); /* inside the purge of h's arena: a decommit gives back */
 	struct watchdog w;
 	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
 	struct rdma_malloc_stats st = stats_now();
@@ -645,6 +650,29 @@ static void *release_in_300ms(void *arg)
 	return NULL;
 }
 
+/* A trim that waits for another's work on a heap (a stuck ibv_dereg_mr)
+ * and is cancelled meanwhile ends its trim first: cancelled inside the
+ * wait, it would have kept the heap table's lock, and every later trim,
+ * stats call or fork waited for ever (here: the first trim's end). */
+Test(giveback, a_trim_cancelled_in_its_wait_leaves_no_lock, .init = setup_no_reserve)
+{
+	rdma_heap_t *h = freed_heap(64);
+	pthread_t stuck_trim = trim_held(), waiting_trim;
+	cr_assert_eq(pthread_create(&waiting_trim, NULL, trim_thread, NULL), 0);
+	sleep_ms(100); /* inside its wait for h */
+	cr_assert_eq(pthread_cancel(waiting_trim), 0);
+	sleep_ms(100);
+	fake_release_reg();
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	cr_assert_eq(pthread_timedjoin_np(stuck_trim, NULL, &until), 0,
+		     "the first trim never ended: the cancelled one kept the heap table's lock");
+	cr_assert_eq(pthread_timedjoin_np(waiting_trim, NULL, &until), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(stats().mrs, fake_live_mrs());
+}
+
 /* fork() while a trim works on a heap's arenas waits for that work (a
  * slow ibv_dereg_mr here, 300 ms): the child inherits no arena half
  * purged, which jemalloc would never purge again, so a trim in the child
@@ -652,10 +680,7 @@ static void *release_in_300ms(void *arg)
 Test(giveback, a_fork_waits_for_a_trim_under_way, .init = setup_no_reserve)
 {
 	rdma_heap_t *h = freed_heap(64);
-	fake_block_next_dereg();
-	pthread_t t, r;
-	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
-	fake_wait_blocked();
+	pthread_t t = trim_held(), r;
 	cr_assert_eq(pthread_create(&r, NULL, release_in_300ms, NULL), 0);
 	struct rdma_malloc_stats s0 = stats_now();
 	pid_t pid = fork();
@@ -688,17 +713,14 @@ Test(giveback, a_fork_waits_for_a_trim_under_way, .init = setup_no_reserve)
  * fork waits for the trim's work on the heap's arenas at most its bound
  * (shortened here), then goes ahead, counted once; in the child nothing
  * works on that heap, which allocates, and whose destroy is refused at
- * once (EBUSY, said): jemalloc, which marks its arena as being purged for
- * ever there, would destroy it half purged.  Before, the fork waited for
+ * once (EBUSY, said), there and in a grandchild: jemalloc, which marks its
+ * arena as being purged for ever there, would destroy it half purged.  Before, the fork waited for
  * the trim without end. */
 Test(giveback, a_fork_during_a_stuck_trim, .init = setup_no_reserve)
 {
 	cr_redirect_stderr();
 	rdma_heap_t *h = freed_heap(64);
-	fake_block_next_dereg();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, trim_thread, NULL), 0);
-	fake_wait_blocked();
+	pthread_t t = trim_held();
 	struct watchdog w;
 	cr_assert_eq(watchdog_start(&w, fake_release_reg), 0);
 	rdmalloc_fork_wait_ns = 200 * 1000 * 1000;
@@ -711,7 +733,15 @@ Test(giveback, a_fork_during_a_stuck_trim, .init = setup_no_reserve)
 			_exit(3);
 		memset(q, 0x5a, 256 * KiB);
 		rdma_free(q);
-		_exit(rdma_heap_destroy(h) == EBUSY ? 0 : 4);
+		if (rdma_heap_destroy(h) != EBUSY)
+			_exit(4);
+		pid_t g = fork(); /* a grandchild inherits the half purge too */
+		if (g == 0)
+			_exit(rdma_heap_destroy(h) == EBUSY ? 0 : 4);
+		int gs;
+		if (g < 0 || waitpid(g, &gs, 0) != g || !WIFEXITED(gs))
+			_exit(6);
+		_exit(WEXITSTATUS(gs));
 	}
 	int status;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
