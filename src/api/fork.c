@@ -47,6 +47,8 @@ RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
  * end, and whether it already went ahead (one fallback per fork). */
 static uint64_t deadline;
 static int went_ahead;
+/* The forking thread's cancellation state, off during its fork. */
+static RDMALLOC_TLS int fork_cancel;
 
 static void fork_ends(void)
 {
@@ -98,17 +100,24 @@ static void inner_child(void)
  * before jemalloc's prepare, whose locks such a call may want. */
 static void outer_prepare(void)
 {
-	deadline = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
+	/* fork() is no cancellation point, and a thread cancelled in one of
+	 * our waits would unwind holding our locks: off until the end of the
+	 * fork (outer_parent, outer_child). */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fork_cancel);
+	/* This fork's own until it holds the outer locks: another fork may be
+	 * under way, whose end clears the shared one (fork_ends). */
+	uint64_t until = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
 	/* First the decay's and the trims' work on the arenas, which holds
 	 * none of our locks but calls verbs and jemalloc: a child would
 	 * inherit an arena half purged, which jemalloc never purges again. */
-	unsigned purges = rdmalloc_heap_fork_prepare(deadline);
+	unsigned purges = rdmalloc_heap_fork_prepare(until);
+	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
+	deadline = until;
 	if (goes_ahead(purges))
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with rdmalloc giving memory back from %u "
 				  "heaps after %llu ms: in the child, the memory being given back stays with "
 				  "that heap and its arena may not give memory back again (counted in "
 				  "fallbacks)", purges, (unsigned long long)(rdmalloc_fork_wait_ns / 1000000u));
-	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 	unsigned threads = rdmalloc_os_threads_fork_prepare(deadline);
 	if (goes_ahead(threads))
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "fork() went ahead with %u threads of rdmalloc's still starting "
@@ -132,6 +141,7 @@ static void outer_parent(void)
 	rdmalloc_os_threads_fork_parent();
 	rdmalloc_heap_fork_parent();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
+	pthread_setcancelstate(fork_cancel, NULL);
 }
 
 /* The child has one thread, and none of the parent's registrations: each
@@ -148,6 +158,7 @@ static void outer_child(void)
 	rdmalloc_verbs_fork_child();
 	rdmalloc_os_threads_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
+	pthread_setcancelstate(fork_cancel, NULL);
 }
 
 static void register_inner(void)

@@ -312,6 +312,10 @@ void rdmalloc_reserve_start(void)
 		return;
 	unsigned n;
 	int err = rdmalloc_os_start_threads(registrar, 1, RESERVE_STACK, &n);
+	if (err == EINTR) { /* a fork is coming: asked again after the next growth */
+		atomic_store(&rdmalloc_reserve_thread_state, 1);
+		return;
+	}
 	if (err) {
 		atomic_store(&rdmalloc_reserve_thread_state, 3);
 		STAT_INC(fallbacks);

@@ -303,19 +303,21 @@ report:
 typedef void *(*thread_fn)(void *);
 static _Atomic(thread_fn) entries[4];
 
-/* Threads of ours created and not yet running their function, and whether
- * a fork is coming (STARTS lock; os.h says why fork() waits for them). */
+/* Threads of ours counted for a start and not yet running their
+ * function, and whether a fork is coming (STARTS lock; os.h says why
+ * fork() waits for them). */
 static unsigned starting;
 static int forking;
-/* This thread is the one forking: a start it makes meanwhile (a malloc in
- * a fork handler that runs after ours) goes ahead rather than wait for
- * its own fork. */
+/* This thread is forking: a start it asks for in a fork handler is put
+ * off (it may hold STARTS, taken with the inner locks). */
 static RDMALLOC_TLS int forker;
 
-static void started_one(void)
+/* @n counted starts are over (running, or never created). */
+static void started(unsigned n)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
-	if (!--starting && forking)
+	starting -= n;
+	if (!starting && forking)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_STARTS);
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 }
@@ -325,7 +327,7 @@ static void *placed(void *slot)
 	thread_fn fn = atomic_load_explicit((_Atomic(thread_fn) *)slot, memory_order_acquire);
 	place_self();
 	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_THREAD_START);
-	started_one();
+	started(1);
 	return fn(NULL);
 }
 
@@ -340,46 +342,45 @@ static _Atomic(thread_fn) *entry_of(thread_fn fn)
 	rdmalloc_fatal("more kinds of threads than rdmalloc_os_start_threads has slots for");
 }
 
-int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started)
+int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started_n)
 {
-	*started = 0;
+	*started_n = 0;
+	if (forker)
+		return EINTR;
 	_Atomic(thread_fn) *slot = entry_of(fn);
 	/* Every signal blocked but the faults a thread raises itself: blocked,
 	 * a fault would kill the process at once and in silence, past every
-	 * handler (a sanitizer's report, the program's crash reporter). */
+	 * handler (a sanitizer's report, the program's crash reporter).  And
+	 * so no fork from a handler while the starts are counted. */
 	sigset_t all, old;
 	sigfillset(&all);
 	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS };
 	for (unsigned i = 0; i < sizeof faults / sizeof faults[0]; i++)
 		sigdelset(&all, faults[i]);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int cancel; /* a thread cancelled in the wait below would keep the lock */
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
-	pthread_attr_t attr;
-	int err = pthread_attr_init(&attr);
-	if (!err) {
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&attr, stack);
-		while (*started < n) {
-			/* Counted before it exists, so that a fork that finds
-			 * none starting has none half created either; none is
-			 * started while a fork is coming.  (Every signal is
-			 * blocked: no fork from a handler here.) */
-			rdmalloc_lock(RDMALLOC_LOCK_STARTS);
-			while (forking && !forker)
-				rdmalloc_lock_wait(RDMALLOC_LOCK_STARTS);
-			starting++;
-			rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
-			pthread_t t;
-			if ((err = pthread_create(&t, &attr, placed, (void *)slot))) {
-				started_one();
-				break;
-			}
-			++*started;
+	/* Counted before they exist, so that a fork that finds none starting
+	 * has none half created either.  While a fork is coming none starts,
+	 * and the caller is not made to wait for it: it may hold a lock that
+	 * the fork needs (a FILE's, inside the drop-in's malloc). */
+	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
+	int later = forking;
+	if (!later)
+		starting += n;
+	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	int err = EINTR;
+	if (!later) {
+		pthread_attr_t attr;
+		err = pthread_attr_init(&attr);
+		if (!err) {
+			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+			pthread_attr_setstacksize(&attr, stack);
+			for (pthread_t t; *started_n < n && !(err = pthread_create(&t, &attr, placed, (void *)slot));)
+				++*started_n;
+			pthread_attr_destroy(&attr);
 		}
-		pthread_attr_destroy(&attr);
+		if (*started_n < n)
+			started(n - *started_n);
 	}
-	pthread_setcancelstate(cancel, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return err;
 }
@@ -401,7 +402,6 @@ void rdmalloc_os_threads_fork_parent(void)
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	forking = 0;
 	forker = 0;
-	rdmalloc_lock_broadcast(RDMALLOC_LOCK_STARTS);
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 }
 

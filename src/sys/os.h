@@ -72,7 +72,9 @@ int rdmalloc_os_barrier_all_threads(void);
  * nice 19, maybe the main thread pinned since); a part the kernel refuses
  * stays as inherited, logged once and counted in fallbacks.  Nothing is
  * allocated here (a fork meanwhile finds no allocator lock of ours taken).
- * Never from a hook or with a lock of ours held.
+ * While a fork is coming none is started and EINTR is returned at once
+ * (below): the caller asks again later.  Never from a hook or with a lock
+ * of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
 /*
@@ -82,11 +84,13 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
  * that no fork handler takes (ASan's allocator, in GCC 12).  A child
  * forked meanwhile inherits them taken and hangs at its first thread or
  * allocation.  So a fork waits, until @deadline_ns at most (api/fork.h
- * says why a bound), for the threads of ours created and not yet running,
- * and none is started while it is coming (rdmalloc_os_start_threads waits
- * for the fork to end: its callers hold no lock; but for the forking
- * thread's own, from a fork handler).  The number left
- * starting, which the caller says.  STARTS lock taken and released.
+ * says why a bound), for the threads of ours created and not yet running.
+ * None is started while it is coming, nor by the forking thread in a fork
+ * handler: rdmalloc_os_start_threads returns EINTR rather than wait for
+ * the fork, since its caller (a malloc of the drop-in) may hold a lock
+ * that the fork needs (a FILE's, which glibc's fork takes after the
+ * handlers).  The number left starting, which the caller says.  STARTS
+ * lock taken and released.
  */
 unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns);
 void rdmalloc_os_threads_fork_parent(void);
