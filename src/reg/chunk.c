@@ -222,10 +222,13 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 {
 	rdmalloc_deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
-	if (c->spec->reserve.dropping == c) {
-		c->spec->reserve.dropping = NULL;
-		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a close may wait for it */
-	}
+	for (struct rdmalloc_chunk **d = &c->spec->reserve.dropping; *d; d = &(*d)->next)
+		if (*d == c) {
+			*d = c->next;
+			c->next = NULL;
+			rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a close may wait for it */
+			break;
+		}
 	if (c->held)
 		rdmalloc_held_bytes -= c->map_size;
 	if (counted)
@@ -409,6 +412,16 @@ struct rdmalloc_chunk *rdmalloc_chunk_create_big(struct rdmalloc_heap *heap, str
 	return c;
 }
 
+/* @c, out of the chunk list, is being unmade (unmake takes it off): on
+ * @r's list of such chunks, for a close to wait for and a fork child to
+ * forget.  The thread's drop of a fill it discards and a relief's drop of
+ * the ready chunk may overlap.  Chunk lock held. */
+static void dropping(struct rdmalloc_reserve *r, struct rdmalloc_chunk *c)
+{
+	c->next = r->dropping;
+	r->dropping = c;
+}
+
 int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size)
 {
 	unsigned used = 0;
@@ -418,7 +431,7 @@ int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size)
 	r->fill_held = 0; /* the chunk's own from here */
 	if (r->closed || r->cancelled || r->ready || r->next != size) {
 		/* Closed, dropped, or a growth meanwhile predicted another size. */
-		r->dropping = c;
+		dropping(r, c);
 		rdmalloc_chunk_unlock();
 		unmake(c, used, 0);
 		STAT_INC(reserve_discards);
@@ -447,7 +460,7 @@ size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
 	}
 	unpark(c);
 	rdmalloc_chunk_unlink(c);
-	r->dropping = c;
+	dropping(r, c);
 	STAT_INC(reserve_discards);
 	unsigned used = rdmalloc_pd_users_claim(c); /* as a give-back does */
 	size_t bytes = c->map_size;

@@ -483,14 +483,17 @@ size_t rdmalloc_reserves_forget(void)
 	for (struct rdmalloc_reserve *r = reserves; r; r = r->list_next) {
 		held += r->fill_held;
 		r->fill_held = 0;
-		struct rdmalloc_chunk *c = r->dropping; /* a fork that stopped waiting (fork.h) */
-		if (c) { /* left mapped: the parent's registrations may cover it */
-			r->dropping = NULL;
+		/* A fork that stopped waiting (fork.h): left mapped, the
+		 * parent's registrations may cover them. */
+		for (struct rdmalloc_chunk *c = r->dropping, *next; c; c = next) {
+			next = c->next;
+			c->next = NULL;
 			if (c->held)
 				held += c->map_size;
 			if (c->state == RDMALLOC_CHUNK_RESERVED) /* parked: counted as held (not a discarded fill) */
 				rdmalloc_count_held(c, -1);
 		}
+		r->dropping = NULL;
 		if (r->filling) { /* made again when the child grows */
 			r->filling = 0;
 			r->next = 0;

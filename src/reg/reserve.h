@@ -35,8 +35,10 @@ struct rdmalloc_reserve {
 	uint64_t grown_ns; /* its heap's last growth (rdmalloc_now_ns()); 0: it shrank since */
 	unsigned fill_seq; /* fills started: a growth waits for one fill, not for the next */
 	size_t fill_held; /* bytes held (held_bytes) for that chunk until it is parked */
-	struct rdmalloc_chunk *dropping; /* a chunk of its, out of the list, being unmade: a fork
-					    child un-counts it (rdmalloc_reserves_forget) */
+	struct rdmalloc_chunk *dropping; /* chunks of its, out of the list, being unmade (linked
+					    by next; a fill discarded and a relief's drop may
+					    overlap): a close waits for them, a fork child
+					    un-counts them (rdmalloc_reserves_forget) */
 	int listed;     /* on the list of reserves (from its first growth until closed) */
 	int queued;     /* on the thread's work queue */
 	int closed;     /* its heap is being destroyed: never filled again (unless that fails) */

@@ -518,6 +518,63 @@ Test(reserve, destroy_while_being_made)
 	nothing_left();
 }
 
+static void *trim_heaps(void *arg)
+{
+	(void)arg;
+	rdma_malloc_trim();
+	return NULL;
+}
+
+static atomic_int destroy_returned;
+
+static void *destroy_heap_and_say(void *arg)
+{
+	void *ret = destroy_heap(arg);
+	atomic_store(&destroy_returned, 1);
+	return ret;
+}
+
+/* A trim's drop of the ready chunk and the thread's drop of a fill it
+ * discards (cancelled by another trim) overlap.  The reserve named one
+ * chunk being dropped, the last, so a close waited for that one only: the
+ * heap's destroy returned with the other chunk still registered, and a
+ * fork child would have counted it held for good.  Now the reserve lists
+ * every chunk being dropped, and a close waits for all of them. */
+Test(reserve, a_close_waits_for_two_drops_at_once)
+{
+	rdma_heap_t *h = grown_heap();
+	cr_assert_eq(stats().reserve_chunks, 1, "no reserve chunk to drop");
+	fake_block_next_dereg();
+	pthread_t t1;
+	cr_assert_eq(pthread_create(&t1, NULL, trim_heaps, NULL), 0);
+	fake_wait_blocked(); /* the first trim's drop, in ibv_dereg_mr */
+	fake_hold_regs_off(pthread_self());
+	grow(h); /* registered here; the thread's next fill is held */
+	for (int i = 0; i < 2000 && fake_calls_under_way() < 2; i++)
+		usleep(1000);
+	cr_assert_eq(fake_calls_under_way(), 2, "the fill did not start");
+	pthread_t t2;
+	cr_assert_eq(pthread_create(&t2, NULL, trim_heaps, NULL), 0);
+	pthread_join(t2, NULL); /* cancels the fill */
+	cr_assert_eq(fake_release_held(), 1);
+	rdmalloc_reserves_settle(); /* the fill discarded and dropped */
+	uint64_t discards = stats().reserve_discards;
+	cr_assert_geq(discards, 2, "%llu discards: the fill was not discarded", (unsigned long long)discards);
+	while (nblocks)
+		rdma_free(blocks[--nblocks]);
+	pthread_t td;
+	cr_assert_eq(pthread_create(&td, NULL, destroy_heap_and_say, h), 0);
+	usleep(200000);
+	cr_assert_not(atomic_load(&destroy_returned), "the destroy did not wait for the first drop");
+	cr_assert_eq(rdmalloc_reserve_closes_waiting(), 1);
+	fake_release_reg();
+	void *ret;
+	pthread_join(td, &ret);
+	cr_assert_eq((intptr_t)ret, 0);
+	pthread_join(t1, NULL);
+	nothing_left();
+}
+
 /* Until a destroy waits for its reserve's fill (at most 20 s). */
 static void wait_for_the_close(void)
 {
