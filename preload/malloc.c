@@ -209,12 +209,15 @@ static inline int ready_thread(void)
 }
 
 /* A growth wants the reserve's thread (tls.h): started here, on the
- * thread's next allocation of any kind, outside every lock. */
+ * thread's next allocation of any kind, outside every lock.  A start put
+ * off (a fork was coming: os.h) is asked again on the next one. */
 static inline void errand(void)
 {
 	if (unlikely(tl_bound == RDMALLOC_TL_ERRAND)) {
 		tl_bound = 1;
 		rdmalloc_threads_start_wanted();
+		if (rdmalloc_threads_wanted())
+			tl_bound = RDMALLOC_TL_ERRAND;
 	}
 }
 

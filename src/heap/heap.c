@@ -113,7 +113,8 @@ struct tl_cache {
 };
 static RDMALLOC_TLS struct tl_cache tl[RDMA_MALLOC_MAX_HEAPS];
 static unsigned purges;    /* heaps a tick or a trim works on (HEAP lock; purge_take) */
-static int purges_stopped; /* a fork is coming: no tick or trim starts (HEAP lock) */
+static unsigned purges_stopped; /* forks coming: no tick or trim starts (HEAP lock); a count,
+				  * as two forks may have stopped them and one end */
 /* The thread's uncached uses: no tick ever reads it. */
 static RDMALLOC_TLS struct tc_sync tl_none;
 /* thread_exit has run: the thread ends, and a cache made now would never
@@ -774,7 +775,7 @@ static void purge_end(struct rdmalloc_heap *h)
 unsigned rdmalloc_heap_fork_prepare(uint64_t deadline_ns)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-	purges_stopped = 1;
+	purges_stopped++;
 	while (purges && rdmalloc_now_ns() < deadline_ns)
 		rdmalloc_lock_wait_until(RDMALLOC_LOCK_HEAP, deadline_ns);
 	unsigned left = purges;
@@ -784,7 +785,7 @@ unsigned rdmalloc_heap_fork_prepare(uint64_t deadline_ns)
 
 void rdmalloc_heap_fork_parent(void)
 {
-	purges_stopped = 0;
+	purges_stopped--;
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_HEAP);
 }
 

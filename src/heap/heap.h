@@ -157,9 +157,10 @@ void rdmalloc_heap_fork_child(void);
  * under way are waited for until @deadline_ns (rdmalloc_now_ns()): a
  * child must not inherit an arena half purged.  The number left under way;
  * rdmalloc_heap_fork_parent (HEAP lock held, by the fork) or the child's
- * handler lets them start again.  No lock held. */
-unsigned rdmalloc_heap_fork_prepare(uint64_t deadline_ns);
-void rdmalloc_heap_fork_parent(void);
+ * handler lets them start again, once every fork coming has ended (two
+ * may overlap: a count).  No lock held. */
+RDMALLOC_TESTABLE unsigned rdmalloc_heap_fork_prepare(uint64_t deadline_ns);
+RDMALLOC_TESTABLE void rdmalloc_heap_fork_parent(void);
 
 int rdmalloc_heap_auto_tcache(const struct rdmalloc_heap *h);
 /* More arenas for @h, with the same hooks and settings, so that threads

@@ -312,8 +312,11 @@ void rdmalloc_reserve_start(void)
 		return;
 	unsigned n;
 	int err = rdmalloc_os_start_threads(registrar, 1, RESERVE_STACK, &n);
-	if (err == EINTR) { /* a fork is coming: asked again after the next growth */
+	if (err == EINTR) { /* a fork is coming: asked again by a later allocation */
+		rdmalloc_chunk_lock();
 		atomic_store(&rdmalloc_reserve_thread_state, 1);
+		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a settle may wait for state 2 */
+		rdmalloc_chunk_unlock();
 		return;
 	}
 	if (err) {

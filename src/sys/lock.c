@@ -52,6 +52,16 @@ void rdmalloc_lock(enum rdmalloc_lock_id id)
 #endif
 }
 
+int rdmalloc_lock_try(enum rdmalloc_lock_id id)
+{
+	if (pthread_mutex_trylock(&locks[id].mutex))
+		return 0;
+#if LOCK_CHECK
+	held |= 1u << id;
+#endif
+	return 1;
+}
+
 void rdmalloc_unlock(enum rdmalloc_lock_id id)
 {
 #if LOCK_CHECK

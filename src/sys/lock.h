@@ -49,6 +49,9 @@ enum rdmalloc_lock_group { RDMALLOC_LOCKS_OUTER, RDMALLOC_LOCKS_INNER };
 /* Take / release lock @id (aborts on an order violation, see above). */
 RDMALLOC_TESTABLE void rdmalloc_lock(enum rdmalloc_lock_id id);
 RDMALLOC_TESTABLE void rdmalloc_unlock(enum rdmalloc_lock_id id);
+/* Take lock @id if it is free: 1, else 0 at once (never waits, so no
+ * order to keep). */
+int rdmalloc_lock_try(enum rdmalloc_lock_id id);
 /* Wait on @id's condition variable (@id held); wake every waiter. */
 void rdmalloc_lock_wait(enum rdmalloc_lock_id id);
 /* The same, returning at @deadline_ns (rdmalloc_now_ns()'s clock) at the

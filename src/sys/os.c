@@ -307,7 +307,7 @@ static _Atomic(thread_fn) entries[4];
  * function, and whether a fork is coming (STARTS lock; os.h says why
  * fork() waits for them). */
 static unsigned starting;
-static int forking;
+static atomic_int forking; /* atomic for the tests only (rdmalloc_os_threads_fork_coming) */
 /* This thread is forking: a start it asks for in a fork handler is put
  * off (it may hold STARTS, taken with the inner locks). */
 static RDMALLOC_TLS int forker;
@@ -361,12 +361,16 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
 	/* Counted before they exist, so that a fork that finds none starting
 	 * has none half created either.  While a fork is coming none starts,
 	 * and the caller is not made to wait for it: it may hold a lock that
-	 * the fork needs (a FILE's, inside the drop-in's malloc). */
-	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
-	int later = forking;
-	if (!later)
-		starting += n;
-	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	 * the fork needs (a FILE's, inside the drop-in's malloc).  The fork
+	 * holds STARTS from its inner prepare on: taken only if free (else a
+	 * start under way, rarely, and this one is put off as well). */
+	int later = !rdmalloc_lock_try(RDMALLOC_LOCK_STARTS);
+	if (!later) {
+		later = atomic_load_explicit(&forking, memory_order_relaxed);
+		if (!later)
+			starting += n;
+		rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	}
 	int err = EINTR;
 	if (!later) {
 		pthread_attr_t attr;
@@ -395,6 +399,11 @@ unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns)
 	unsigned left = starting;
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 	return left;
+}
+
+int rdmalloc_os_threads_fork_coming(void)
+{
+	return atomic_load(&forking);
 }
 
 void rdmalloc_os_threads_fork_parent(void)

@@ -73,7 +73,8 @@ int rdmalloc_os_barrier_all_threads(void);
  * stays as inherited, logged once and counted in fallbacks.  Nothing is
  * allocated here (a fork meanwhile finds no allocator lock of ours taken).
  * While a fork is coming none is started and EINTR is returned at once
- * (below): the caller asks again later.  Never from a hook or with a lock
+ * (below), as it is, rarely, while another start is being counted: the
+ * caller asks again later.  Never from a hook or with a lock
  * of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
@@ -93,6 +94,8 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
  * lock taken and released.
  */
 unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns);
+/* For the tests: whether a fork is coming (its wait under way). */
+RDMALLOC_TESTABLE int rdmalloc_os_threads_fork_coming(void);
 void rdmalloc_os_threads_fork_parent(void);
 /* No lock taken: the child has one thread. */
 void rdmalloc_os_threads_fork_child(void);

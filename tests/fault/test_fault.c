@@ -1060,6 +1060,15 @@ Test(fault, fork_goes_ahead_of_a_thread_that_never_starts, .init = cr_redirect_s
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
+/* Until a fork on another thread waits for the held start (5 s at most). */
+static void until_a_fork_waits(void)
+{
+	for (int i = 0; i < 500 && !rdmalloc_os_threads_fork_coming(); i++)
+		usleep(10000);
+	cr_assert(rdmalloc_os_threads_fork_coming(), "no fork waits after 5 s");
+	usleep(50000); /* in its wait */
+}
+
 static void *fork_and_reap(void *arg)
 {
 	double *returned = arg;
@@ -1086,7 +1095,7 @@ Test(fault, a_start_asked_during_a_fork_is_put_off, .init = cr_redirect_stderr)
 	double returned = 0;
 	pthread_t forker;
 	cr_assert_eq(pthread_create(&forker, NULL, fork_and_reap, &returned), 0);
-	usleep(200000); /* the fork waits for the reserve's thread */
+	until_a_fork_waits();
 	double t0 = now_s();
 	rdmalloc_crew_start();
 	double took = now_s() - t0;
@@ -1096,7 +1105,7 @@ Test(fault, a_start_asked_during_a_fork_is_put_off, .init = cr_redirect_stderr)
 	void *ok;
 	pthread_join(forker, &ok);
 	cr_assert(ok, "the fork's child failed");
-	rdmalloc_crew_start(); /* asked again */
+	rdma_free(rdma_malloc(64)); /* an allocation asks again */
 	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
 		usleep(10000);
 	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
@@ -1173,7 +1182,7 @@ Test(fault, a_fork_cancelled_in_its_wait_holds_nothing, .init = cr_redirect_stde
 	double returned = 0;
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, fork_only, &returned), 0);
-	usleep(200000); /* the fork waits for the reserve's thread */
+	until_a_fork_waits();
 	cr_assert_eq(pthread_cancel(t), 0);
 	usleep(100000);
 	atomic_store(&start_release, 1);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "crew.h"
+#include "lock.h"
 #include "os.h"
 #include "fake_verbs.h"
 #include "fork.h"
@@ -352,4 +353,38 @@ Test(crew, the_limit_check_reads_status_past_a_long_groups_line)
 	unlink(path);
 	cr_assert_eq(rdmalloc_os_read_status("/nonexistent/status", &cap, &pin), -1);
 	cr_assert_eq(rdmalloc_os_read_status("/proc/self/status", &cap, &pin), 0, "this process's");
+}
+
+static atomic_int start_returned;
+
+static void *start_crew(void *arg)
+{
+	(void)arg;
+	rdmalloc_crew_start();
+	atomic_store(&start_returned, 1);
+	return NULL;
+}
+
+/* A fork holds the STARTS lock from its inner prepare to its end, across
+ * glibc's own fork, which then takes the list lock of every FILE: a start
+ * meanwhile (the drop-in's malloc asks, maybe under a FILE's lock) waited
+ * for that lock.  It is put off instead, and asked again by a later
+ * allocation. */
+Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
+{
+	cr_assert_eq(rdmalloc_crew_threads(), 1);
+	rdmalloc_lock(RDMALLOC_LOCK_STARTS); /* as a fork's inner prepare does */
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, start_crew, NULL), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
+		usleep(1000);
+	int returned = atomic_load(&start_returned);
+	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	pthread_join(t, NULL);
+	cr_assert(returned, "the start waited for the lock a fork holds");
+	cr_assert_eq(rdmalloc_crew_threads(), 1, "started under the fork's lock");
+	rdma_free(rdma_malloc(64)); /* an allocation asks again */
+	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
+		usleep(10000);
+	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
 }

@@ -28,6 +28,7 @@
 #include "fork.h"
 #include "reserve.h"
 #include "heap.h"
+#include "lock.h"
 #include "own_stack.h"
 #include "rdma_malloc.h"
 #include "stderr_said.h"
@@ -980,5 +981,43 @@ Test(giveback, enomem_gives_back_and_retries)
 	cr_assert_gt(stats().chunks_given_back, back, "the kept idle chunk was not given back first");
 	rdma_free(q);
 	cr_assert_eq(rdma_heap_destroy(other), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+static atomic_int trimmed;
+
+static void *trim_and_say(void *arg)
+{
+	(void)arg;
+	rdma_malloc_trim();
+	atomic_store(&trimmed, 1);
+	return NULL;
+}
+
+/* Two forks coming at once both stop the decay's and the trims' work on
+ * the arenas (fork.c's outer prepare), and the first to end let that work
+ * start again while the second still came: its child could inherit an
+ * arena half purged.  The stop is a count of the forks coming now. */
+Test(giveback, two_forks_keep_purges_stopped_until_both_end, .init = setup_no_reserve)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
+	cr_assert(h);
+	uint64_t far = now_ns() + 10000000000u;
+	cr_assert_eq(rdmalloc_heap_fork_prepare(far), 0); /* fork A */
+	cr_assert_eq(rdmalloc_heap_fork_prepare(far), 0); /* fork B */
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	rdmalloc_heap_fork_parent(); /* A ends */
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, trim_and_say, NULL), 0);
+	for (int i = 0; i < 300 && !atomic_load(&trimmed); i++)
+		usleep(1000);
+	int early = atomic_load(&trimmed);
+	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+	rdmalloc_heap_fork_parent(); /* B ends */
+	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+	pthread_join(t, NULL);
+	cr_assert_not(early, "a trim worked on the arenas while a fork was still coming");
+	cr_assert(atomic_load(&trimmed));
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }

@@ -564,9 +564,10 @@ Test(reserve, a_close_waits_for_two_drops_at_once)
 		rdma_free(blocks[--nblocks]);
 	pthread_t td;
 	cr_assert_eq(pthread_create(&td, NULL, destroy_heap_and_say, h), 0);
-	usleep(200000);
+	for (int i = 0; i < 5000 && !atomic_load(&destroy_returned) && !rdmalloc_reserve_closes_waiting(); i++)
+		usleep(1000);
 	cr_assert_not(atomic_load(&destroy_returned), "the destroy did not wait for the first drop");
-	cr_assert_eq(rdmalloc_reserve_closes_waiting(), 1);
+	cr_assert_eq(rdmalloc_reserve_closes_waiting(), 1, "the destroy does not wait for the first drop");
 	fake_release_reg();
 	void *ret;
 	pthread_join(td, &ret);
