@@ -313,10 +313,7 @@ void rdmalloc_reserve_start(void)
 	unsigned n;
 	int err = rdmalloc_os_start_threads(registrar, 1, RESERVE_STACK, &n);
 	if (err == EINTR) { /* a fork is coming: asked again by a later allocation */
-		rdmalloc_chunk_lock();
-		atomic_store(&rdmalloc_reserve_thread_state, 1);
-		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a settle may wait for state 2 */
-		rdmalloc_chunk_unlock();
+		atomic_store(&rdmalloc_reserve_thread_state, 1); /* no lock: the fork holds ours */
 		return;
 	}
 	if (err) {
@@ -446,8 +443,10 @@ void rdmalloc_reserves_resume_locked(void)
 void rdmalloc_reserves_settle(void)
 {
 	rdmalloc_chunk_lock();
+	/* Timed: a start put off for a fork turns state 2 back to 1 without
+	 * our lock (rdmalloc_reserve_start). */
 	while (fills || (queue && atomic_load(&rdmalloc_reserve_thread_state) == 2))
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, rdmalloc_now_ns() + 10000000u);
 	rdmalloc_chunk_unlock();
 }
 

@@ -89,7 +89,7 @@ static inline int rdmalloc_reserve_start_wanted(void)
 }
 /* Start the registration thread (once; a failure is logged once, counted
  * in fallbacks, and growth keeps registering inline).  No lock held. */
-void rdmalloc_reserve_start(void);
+RDMALLOC_TESTABLE void rdmalloc_reserve_start(void);
 
 /* Whether a call wanted a thread of ours started: the reserve's (above) or
  * the crew's workers (crew.h).  Then, outside every lock, start them. */

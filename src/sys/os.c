@@ -362,14 +362,19 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
 	 * has none half created either.  While a fork is coming none starts,
 	 * and the caller is not made to wait for it: it may hold a lock that
 	 * the fork needs (a FILE's, inside the drop-in's malloc).  The fork
-	 * holds STARTS from its inner prepare on: taken only if free (else a
-	 * start under way, rarely, and this one is put off as well). */
-	int later = !rdmalloc_lock_try(RDMALLOC_LOCK_STARTS);
-	if (!later) {
-		later = atomic_load_explicit(&forking, memory_order_relaxed);
-		if (!later)
-			starting += n;
-		rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	 * holds STARTS from its inner prepare on, with forking set since its
+	 * outer prepare: STARTS is only tried, never waited for. */
+	int later;
+	for (;;) {
+		if ((later = atomic_load(&forking)))
+			break;
+		if (rdmalloc_lock_try(RDMALLOC_LOCK_STARTS)) {
+			if (!(later = atomic_load(&forking)))
+				starting += n;
+			rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+			break;
+		}
+		sched_yield(); /* another start or its thread counting itself out: a few instructions */
 	}
 	int err = EINTR;
 	if (!later) {

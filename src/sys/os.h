@@ -73,8 +73,8 @@ int rdmalloc_os_barrier_all_threads(void);
  * stays as inherited, logged once and counted in fallbacks.  Nothing is
  * allocated here (a fork meanwhile finds no allocator lock of ours taken).
  * While a fork is coming none is started and EINTR is returned at once
- * (below), as it is, rarely, while another start is being counted: the
- * caller asks again later.  Never from a hook or with a lock
+ * (below), taking no lock that the fork holds: the caller asks again
+ * later, taking none either.  Never from a hook or with a lock
  * of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
@@ -93,10 +93,10 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
  * handlers).  The number left starting, which the caller says.  STARTS
  * lock taken and released.
  */
-unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns);
+RDMALLOC_TESTABLE unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns);
 /* For the tests: whether a fork is coming (its wait under way). */
 RDMALLOC_TESTABLE int rdmalloc_os_threads_fork_coming(void);
-void rdmalloc_os_threads_fork_parent(void);
+RDMALLOC_TESTABLE void rdmalloc_os_threads_fork_parent(void);
 /* No lock taken: the child has one thread. */
 void rdmalloc_os_threads_fork_child(void);
 /* Note the calling thread's placement as the process's at load (the

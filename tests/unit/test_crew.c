@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "crew.h"
-#include "lock.h"
+#include "fork_window.h"
 #include "os.h"
 #include "fake_verbs.h"
 #include "fork.h"
@@ -365,21 +365,21 @@ static void *start_crew(void *arg)
 	return NULL;
 }
 
-/* A fork holds the STARTS lock from its inner prepare to its end, across
- * glibc's own fork, which then takes the list lock of every FILE: a start
- * meanwhile (the drop-in's malloc asks, maybe under a FILE's lock) waited
- * for that lock.  It is put off instead, and asked again by a later
- * allocation. */
+/* A fork holds the inner locks (STARTS among them) from its inner prepare
+ * to its end, across glibc's own fork, which then takes the list lock of
+ * every FILE: a start meanwhile (the drop-in's malloc asks, maybe under a
+ * FILE's lock) waited for STARTS.  It is put off instead, taking no lock
+ * the fork holds, and asked again by a later allocation. */
 Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
 {
 	cr_assert_eq(rdmalloc_crew_threads(), 1);
-	rdmalloc_lock(RDMALLOC_LOCK_STARTS); /* as a fork's inner prepare does */
+	fork_window_open();
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, start_crew, NULL), 0);
 	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
 		usleep(1000);
 	int returned = atomic_load(&start_returned);
-	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	fork_window_close();
 	pthread_join(t, NULL);
 	cr_assert(returned, "the start waited for the lock a fork holds");
 	cr_assert_eq(rdmalloc_crew_threads(), 1, "started under the fork's lock");
