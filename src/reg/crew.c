@@ -94,6 +94,11 @@ static void *worker(void *arg)
 
 void rdmalloc_crew_start(void)
 {
+	if (rdmalloc_os_threads_fork_coming()) { /* asked again after the fork (os.h) */
+		if (!atomic_load_explicit(&starting, memory_order_relaxed))
+			atomic_store_explicit(&rdmalloc_crew_wanted, 1, memory_order_relaxed);
+		return;
+	}
 	atomic_store_explicit(&rdmalloc_crew_wanted, 0, memory_order_relaxed);
 	int no = 0;
 	if (atomic_load_explicit(&starting, memory_order_relaxed) ||

@@ -307,6 +307,8 @@ static void *registrar(void *arg)
 
 void rdmalloc_reserve_start(void)
 {
+	if (rdmalloc_os_threads_fork_coming())
+		return; /* still wanted: asked again after the fork (os.h) */
 	int wanted = 1;
 	if (!atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &wanted, 2))
 		return;

@@ -304,22 +304,24 @@ typedef void *(*thread_fn)(void *);
 static _Atomic(thread_fn) entries[4];
 
 /* Threads of ours counted for a start and not yet running their
- * function, and whether a fork is coming (STARTS lock; os.h says why
- * fork() waits for them). */
-static unsigned starting;
-static atomic_int forking; /* atomic for the tests only (rdmalloc_os_threads_fork_coming) */
+ * function (counted in under STARTS, out without it), and whether a fork
+ * is coming (set under STARTS); os.h says why fork() waits for them. */
+static atomic_uint starting;
+static atomic_int forking;
 /* This thread is forking: a start it asks for in a fork handler is put
  * off (it may hold STARTS, taken with the inner locks). */
 static RDMALLOC_TLS int forker;
 
-/* @n counted starts are over (running, or never created). */
+/* @n counted starts are over (running, or never created).  Never waits
+ * for STARTS, which a fork holds across glibc's fork: the fork's wait
+ * looks again every millisecond, and is woken here if the lock is free. */
 static void started(unsigned n)
 {
-	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
-	starting -= n;
-	if (!starting && forking)
+	if (atomic_fetch_sub(&starting, n) == n && atomic_load(&forking) &&
+	    rdmalloc_lock_try(RDMALLOC_LOCK_STARTS)) {
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_STARTS);
-	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+		rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	}
 }
 
 static void *placed(void *slot)
@@ -345,8 +347,8 @@ static _Atomic(thread_fn) *entry_of(thread_fn fn)
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started_n)
 {
 	*started_n = 0;
-	if (forker)
-		return EINTR;
+	if (forker || atomic_load(&forking))
+		return EINTR; /* at once, as often as a thread asks during a fork */
 	_Atomic(thread_fn) *slot = entry_of(fn);
 	/* Every signal blocked but the faults a thread raises itself: blocked,
 	 * a fault would kill the process at once and in silence, past every
@@ -363,18 +365,18 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
 	 * and the caller is not made to wait for it: it may hold a lock that
 	 * the fork needs (a FILE's, inside the drop-in's malloc).  The fork
 	 * holds STARTS from its inner prepare on, with forking set since its
-	 * outer prepare: STARTS is only tried, never waited for. */
-	int later;
-	for (;;) {
-		if ((later = atomic_load(&forking)))
-			break;
+	 * outer prepare: STARTS is only tried, never waited for, a few times
+	 * while another start holds it, then the start is put off (its
+	 * holder may be preempted under a thread of higher priority). */
+	int later = 1;
+	for (int tries = 0; tries < 64 && !atomic_load(&forking); tries++) {
 		if (rdmalloc_lock_try(RDMALLOC_LOCK_STARTS)) {
 			if (!(later = atomic_load(&forking)))
-				starting += n;
+				atomic_fetch_add(&starting, n);
 			rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 			break;
 		}
-		sched_yield(); /* another start or its thread counting itself out: a few instructions */
+		sched_yield();
 	}
 	int err = EINTR;
 	if (!later) {
@@ -399,9 +401,9 @@ unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns)
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	forking = 1;
 	forker = 1;
-	while (starting && rdmalloc_now_ns() < deadline_ns)
-		rdmalloc_lock_wait_until(RDMALLOC_LOCK_STARTS, deadline_ns);
-	unsigned left = starting;
+	for (uint64_t now; atomic_load(&starting) && (now = rdmalloc_now_ns()) < deadline_ns;)
+		rdmalloc_lock_wait_until(RDMALLOC_LOCK_STARTS, now + 1000000u < deadline_ns ? now + 1000000u : deadline_ns);
+	unsigned left = atomic_load(&starting);
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 	return left;
 }

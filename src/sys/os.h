@@ -73,8 +73,9 @@ int rdmalloc_os_barrier_all_threads(void);
  * stays as inherited, logged once and counted in fallbacks.  Nothing is
  * allocated here (a fork meanwhile finds no allocator lock of ours taken).
  * While a fork is coming none is started and EINTR is returned at once
- * (below), taking no lock that the fork holds: the caller asks again
- * later, taking none either.  Never from a hook or with a lock
+ * (below), taking no lock that the fork holds; so it is, rarely, when
+ * another start holds STARTS for long (preempted): the caller asks again
+ * later, taking no lock either.  Never from a hook or with a lock
  * of ours held.
  */
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started);
@@ -94,7 +95,8 @@ int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, uns
  * lock taken and released.
  */
 RDMALLOC_TESTABLE unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns);
-/* For the tests: whether a fork is coming (its wait under way). */
+/* Whether a fork is coming (from its outer prepare to its end): a start
+ * asked now is put off.  No lock. */
 RDMALLOC_TESTABLE int rdmalloc_os_threads_fork_coming(void);
 RDMALLOC_TESTABLE void rdmalloc_os_threads_fork_parent(void);
 /* No lock taken: the child has one thread. */

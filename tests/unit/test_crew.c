@@ -388,3 +388,24 @@ Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
 		usleep(10000);
 	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
 }
+
+/* STARTS held for long by another start (its holder preempted under a
+ * thread of higher priority, which yielding does not let run): a start
+ * tries a few times, then is put off.  It spun until the lock was free. */
+Test(crew, a_start_gives_up_on_a_busy_lock)
+{
+	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, start_crew, NULL), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
+		usleep(1000);
+	int returned = atomic_load(&start_returned);
+	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
+	pthread_join(t, NULL);
+	cr_assert(returned, "the start waited for the lock");
+	cr_assert_eq(rdmalloc_crew_threads(), 1, "started under another's lock");
+	rdma_free(rdma_malloc(64)); /* an allocation asks again */
+	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
+		usleep(10000);
+	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
+}
