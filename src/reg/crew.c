@@ -109,7 +109,7 @@ void rdmalloc_crew_start(void)
 		return;
 	unsigned n;
 	int err = rdmalloc_os_start_threads(worker, want, CREW_STACK, &n);
-	if (err == EINTR) { /* a fork is coming: the next call outside every lock starts them */
+	if (err == EINTR) { /* put off (os.h): the next call outside every lock starts them */
 		atomic_store(&starting, 0);
 		atomic_store_explicit(&rdmalloc_crew_wanted, 1, memory_order_relaxed);
 		return;

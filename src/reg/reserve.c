@@ -314,7 +314,7 @@ void rdmalloc_reserve_start(void)
 		return;
 	unsigned n;
 	int err = rdmalloc_os_start_threads(registrar, 1, RESERVE_STACK, &n);
-	if (err == EINTR) { /* a fork is coming: asked again by a later allocation */
+	if (err == EINTR) { /* put off (os.h): asked again by a later allocation */
 		atomic_store(&rdmalloc_reserve_thread_state, 1); /* no lock: the fork holds ours */
 		return;
 	}

@@ -372,6 +372,7 @@ static void *start_crew(void *arg)
  * the fork holds, and asked again by a later allocation. */
 Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
 {
+	rdma_malloc_trim(); /* initialised: RDMALLOC_REG_THREADS read, 2 workers wanted */
 	cr_assert_eq(rdmalloc_crew_threads(), 1);
 	fork_window_open();
 	pthread_t t;
@@ -394,6 +395,8 @@ Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
  * tries a few times, then is put off.  It spun until the lock was free. */
 Test(crew, a_start_gives_up_on_a_busy_lock)
 {
+	rdma_malloc_trim(); /* initialised: RDMALLOC_REG_THREADS read, 2 workers wanted */
+	cr_assert_eq(rdmalloc_crew_threads(), 1);
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, start_crew, NULL), 0);
