@@ -308,9 +308,6 @@ static _Atomic(thread_fn) entries[4];
  * is coming (set under STARTS); os.h says why fork() waits for them. */
 static atomic_uint starting;
 static atomic_int forking;
-/* This thread is forking: a start it asks for in a fork handler is put
- * off (it may hold STARTS, taken with the inner locks). */
-static RDMALLOC_TLS int forker;
 
 /* @n counted starts are over (running, or never created).  Never waits
  * for STARTS, which a fork holds across glibc's fork: the fork's wait
@@ -347,8 +344,10 @@ static _Atomic(thread_fn) *entry_of(thread_fn fn)
 int rdmalloc_os_start_threads(void *(*fn)(void *), unsigned n, size_t stack, unsigned *started_n)
 {
 	*started_n = 0;
-	if (forker || atomic_load(&forking))
-		return EINTR; /* at once, as often as a thread asks during a fork */
+	/* At once, as often as a thread asks during a fork; the forking thread
+	 * itself may hold STARTS, taken with the inner locks. */
+	if (atomic_load(&forking))
+		return EINTR;
 	_Atomic(thread_fn) *slot = entry_of(fn);
 	/* Every signal blocked but the faults a thread raises itself: blocked,
 	 * a fault would kill the process at once and in silence, past every
@@ -400,7 +399,6 @@ unsigned rdmalloc_os_threads_fork_prepare(uint64_t deadline_ns)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	forking = 1;
-	forker = 1;
 	for (uint64_t now; atomic_load(&starting) && (now = rdmalloc_now_ns()) < deadline_ns;)
 		rdmalloc_lock_wait_until(RDMALLOC_LOCK_STARTS, now + 1000000u < deadline_ns ? now + 1000000u : deadline_ns);
 	unsigned left = atomic_load(&starting);
@@ -417,14 +415,12 @@ void rdmalloc_os_threads_fork_parent(void)
 {
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	forking = 0;
-	forker = 0;
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 }
 
 void rdmalloc_os_threads_fork_child(void)
 {
 	forking = 0;
-	forker = 0;
 	starting = 0; /* those threads are not in the child */
 }
 
