@@ -1004,6 +1004,16 @@ static rdma_heap_t *a_thread_held_in_its_start(unsigned ms, void **p)
 	return h;
 }
 
+/* The end of a test that held a start: the usual fork bound, no pause,
+ * and @h with its block @p gone. */
+static void done_with_the_held_start(rdma_heap_t *h, void *p)
+{
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_THREAD_START, NULL);
+	rdma_free(p);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
 /* Fork; the child exits 0 if the held start had ended when it was forked.
  * Whether it had in the parent, and the fork's seconds in *@took. */
 static int fork_during_the_start(double *took)
@@ -1028,9 +1038,7 @@ Test(fault, fork_waits_for_a_thread_of_ours_being_started, .init = cr_redirect_s
 	double took;
 	cr_assert(fork_during_the_start(&took), "fork() did not wait for the thread being started");
 	cr_assert_eq(fu_stats().fallbacks, fallbacks, "a wait that ended was counted as a fallback");
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_THREAD_START, NULL);
-	rdma_free(p);
-	cr_assert_eq(rdma_heap_destroy(h), 0);
+	done_with_the_held_start(h, p);
 }
 
 Test(fault, fork_goes_ahead_of_a_thread_that_never_starts, .init = cr_redirect_stderr)
@@ -1055,9 +1063,7 @@ Test(fault, fork_goes_ahead_of_a_thread_that_never_starts, .init = cr_redirect_s
 	cr_assert(fork_during_the_start(&took));
 	cr_assert_eq(fu_stats().fallbacks, fallbacks + 1, "a fork with nothing starting counted a fallback");
 	cr_assert_lt(took, 5.0, "the fork took %.2f s with nothing starting", took);
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_THREAD_START, NULL);
-	rdma_free(p);
-	cr_assert_eq(rdma_heap_destroy(h), 0);
+	done_with_the_held_start(h, p);
 }
 
 /* Until a fork on another thread waits for the held start (5 s at most). */
@@ -1109,10 +1115,7 @@ Test(fault, a_start_asked_during_a_fork_is_put_off, .init = cr_redirect_stderr)
 	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
 		usleep(10000);
 	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
-	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_THREAD_START, NULL);
-	rdma_free(p);
-	cr_assert_eq(rdma_heap_destroy(h), 0);
+	done_with_the_held_start(h, p);
 }
 
 /* Two forks at once: the second sets its deadline before it waits for the
@@ -1142,10 +1145,7 @@ Test(fault, a_second_fork_waits_its_own_bound, .init = cr_redirect_stderr)
 	cr_assert_geq(second - t1, 0.9, "the second fork waited %.2f s of its 1 s (the first ended %.2f s "
 		      "after the second began)", second - t1, first - t1);
 	atomic_store(&start_release, 1);
-	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_THREAD_START, NULL);
-	rdma_free(p);
-	cr_assert_eq(rdma_heap_destroy(h), 0);
+	done_with_the_held_start(h, p);
 }
 
 static atomic_int created_other;
@@ -1198,8 +1198,5 @@ Test(fault, a_fork_cancelled_in_its_wait_holds_nothing, .init = cr_redirect_stde
 		usleep(10000);
 	cr_assert(atomic_load(&created_other), "no heap could be created after the cancelled fork (5 s)");
 	pthread_join(c, NULL);
-	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_THREAD_START, NULL);
-	rdma_free(p);
-	cr_assert_eq(rdma_heap_destroy(h), 0);
+	done_with_the_held_start(h, p);
 }

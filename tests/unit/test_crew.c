@@ -365,6 +365,26 @@ static void *start_crew(void *arg)
 	return NULL;
 }
 
+/* The crew's start asked on a new thread *@t: whether it returned
+ * within a second. */
+static int start_on_a_thread(pthread_t *t)
+{
+	cr_assert_eq(pthread_create(t, NULL, start_crew, NULL), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
+		usleep(1000);
+	return atomic_load(&start_returned);
+}
+
+/* A start was put off: the next allocation asks again, and the workers
+ * come. */
+static void a_later_allocation_starts_the_crew(void)
+{
+	rdma_free(rdma_malloc(64));
+	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
+		usleep(10000);
+	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
+}
+
 /* A fork holds the inner locks (STARTS among them) from its inner prepare
  * to its end, across glibc's own fork, which then takes the list lock of
  * every FILE: a start meanwhile (the drop-in's malloc asks, maybe under a
@@ -376,18 +396,12 @@ Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
 	cr_assert_eq(rdmalloc_crew_threads(), 1);
 	fork_window_open();
 	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, start_crew, NULL), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
-		usleep(1000);
-	int returned = atomic_load(&start_returned);
+	int returned = start_on_a_thread(&t);
 	fork_window_close();
 	pthread_join(t, NULL);
 	cr_assert(returned, "the start waited for the lock a fork holds");
 	cr_assert_eq(rdmalloc_crew_threads(), 1, "started under the fork's lock");
-	rdma_free(rdma_malloc(64)); /* an allocation asks again */
-	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
-		usleep(10000);
-	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
+	a_later_allocation_starts_the_crew();
 }
 
 /* STARTS held for long by another start (its holder preempted under a
@@ -399,16 +413,10 @@ Test(crew, a_start_gives_up_on_a_busy_lock)
 	cr_assert_eq(rdmalloc_crew_threads(), 1);
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, start_crew, NULL), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
-		usleep(1000);
-	int returned = atomic_load(&start_returned);
+	int returned = start_on_a_thread(&t);
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 	pthread_join(t, NULL);
 	cr_assert(returned, "the start waited for the lock");
 	cr_assert_eq(rdmalloc_crew_threads(), 1, "started under another's lock");
-	rdma_free(rdma_malloc(64)); /* an allocation asks again */
-	for (int i = 0; i < 500 && rdmalloc_crew_threads() < 3; i++)
-		usleep(10000);
-	cr_assert_eq(rdmalloc_crew_threads(), 3, "the start put off was never made");
+	a_later_allocation_starts_the_crew();
 }
