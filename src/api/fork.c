@@ -38,6 +38,7 @@
 #include "os.h"
 #include "pd.h"
 #include "reserve.h"
+#include "stdio_fork.h"
 #include "verbs.h"
 
 RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
@@ -133,10 +134,13 @@ static void outer_prepare(void)
 	 * way, and a call started now might free into jemalloc then. */
 	rdmalloc_reserves_fork_coming();
 	rdmalloc_crew_fork_coming();
+	/* Last, before jemalloc's locks: glibc's order (stdio_fork.h). */
+	rdmalloc_stdio_fork_prepare();
 }
 
 static void outer_parent(void)
 {
+	rdmalloc_stdio_fork_parent();
 	rdmalloc_verbs_fork_parent();
 	rdmalloc_os_threads_fork_parent();
 	rdmalloc_heap_fork_parent();
@@ -157,6 +161,7 @@ static void outer_child(void)
 	rdmalloc_counters_fork_child();
 	rdmalloc_verbs_fork_child();
 	rdmalloc_os_threads_fork_child();
+	rdmalloc_stdio_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 	pthread_setcancelstate(fork_cancel, NULL);
 }

@@ -25,9 +25,18 @@
  * (rdmalloc_os_may_pin, which read /proc/self/status with fopen): this
  * thread holds the list lock while another mallocs such a chunk, which
  * must be made (populated_chunks) within 20 s.
- *   libc_locks textdomain|bindtextdomain|stdio
+ *
+ * fork: glibc's fork takes stdio's list lock after the fork handlers and
+ * before its own malloc's locks (a FILE's holder may malloc while
+ * fflush(NULL) holds the list lock and waits for that FILE).  jemalloc's
+ * prepare is a fork handler and took every arena lock before it: one
+ * thread holding a FILE's lock, one in fflush(NULL) waiting for it, a
+ * fork, and the first thread's malloc missing its thread cache hung all
+ * three for good.  The malloc must return within 20 s, the fork too.
+ *   libc_locks textdomain|bindtextdomain|stdio|fork|fork-growth
  */
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <libintl.h>
 #include <pthread.h>
@@ -36,6 +45,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -212,12 +222,122 @@ static int stdio_case(void)
 	return 0;
 }
 
+/* The fork case (the header says why): a thread holds a FILE's lock and
+ * then mallocs past its thread cache, while another is in fflush(NULL)
+ * and a third forks. */
+#define FORK_BLOCK ((size_t)4 << 20)
+static FILE *held_file;
+static atomic_int file_held, go_malloc;
+static int warm; /* the block was allocated and freed before: no growth */
+
+static void *hold_file_then_malloc(void *arg)
+{
+	(void)arg;
+	if (warm)
+		free(malloc(FORK_BLOCK));
+	flockfile(held_file);
+	atomic_store(&file_held, 1);
+	while (!atomic_load(&go_malloc))
+		usleep(1000);
+	char *p = malloc(FORK_BLOCK);
+	if (p)
+		memset(p, 1, FORK_BLOCK);
+	free(p);
+	funlockfile(held_file);
+	return p ? NULL : "malloc failed";
+}
+
+static void *flush_all(void *arg)
+{
+	(void)arg;
+	fflush(NULL); /* the list lock, then each FILE's: waits for held_file */
+	return NULL;
+}
+
+static void *fork_and_reap(void *arg)
+{
+	(void)arg;
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(0);
+	if (pid < 0)
+		return "fork failed";
+	int st = 0;
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+		return "the child did not exit 0";
+	return NULL;
+}
+
+/* Join @t within @s seconds: NULL, or why not.  On a hang, said with
+ * write(2) and ended with _exit: stdio would malloc its buffer, and exit
+ * flushes every FILE. */
+static const char *join_within(pthread_t t, int s, const char *who)
+{
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += s;
+	void *res;
+	int err = pthread_timedjoin_np(t, &res, &deadline);
+	if (err == ETIMEDOUT) {
+		char msg[256];
+		int n = snprintf(msg, sizeof(msg), "FAIL: %s hangs: a FILE's holder mallocs, fflush(NULL) "
+				 "waits for that FILE, another thread forks\n", who);
+		if (write(1, msg, (size_t)n) < 0)
+			_exit(2);
+		_exit(1);
+	}
+	return err ? strerror(err) : (const char *)res;
+}
+
+static int fork_case(int growth)
+{
+	warm = !growth;
+	held_file = fopen("/dev/null", "w");
+	if (!held_file) {
+		printf("FAIL: fopen /dev/null\n");
+		return 1;
+	}
+	pthread_t holder, flusher, forker;
+	if (pthread_create(&holder, NULL, hold_file_then_malloc, NULL)) {
+		printf("FAIL: pthread_create\n");
+		return 1;
+	}
+	while (!atomic_load(&file_held))
+		usleep(1000);
+	if (pthread_create(&flusher, NULL, flush_all, NULL)) {
+		printf("FAIL: pthread_create\n");
+		return 1;
+	}
+	usleep(200000); /* it holds the list lock and waits for held_file */
+	if (pthread_create(&forker, NULL, fork_and_reap, NULL)) {
+		printf("FAIL: pthread_create\n");
+		return 1;
+	}
+	usleep(300000); /* the fork handlers have run, up to the list lock */
+	atomic_store(&go_malloc, 1);
+	const char *why = join_within(holder, 20, "the malloc");
+	if (!why)
+		why = join_within(flusher, 20, "fflush(NULL)");
+	if (!why)
+		why = join_within(forker, 20, "fork()");
+	if (why) {
+		printf("FAIL: %s\n", why);
+		return 1;
+	}
+	fclose(held_file);
+	printf("ok: a malloc %sunder a FILE's lock, fflush(NULL) and fork() at once all returned\n",
+	       growth ? "that grows the heap " : "");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "stdio"))
 		return stdio_case();
+	if (argc == 2 && !strncmp(argv[1], "fork", 4) && (!argv[1][4] || !strcmp(argv[1], "fork-growth")))
+		return fork_case(argv[1][4] != 0);
 	if (argc != 2 || (strcmp(argv[1], "textdomain") && strcmp(argv[1], "bindtextdomain"))) {
-		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain|stdio\n");
+		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain|stdio|fork|fork-growth\n");
 		return 2;
 	}
 	return one_case(argv[1][0] == 'b');
