@@ -414,8 +414,7 @@ static void detach_doomed(struct ibv_pd *doomed)
  * flag of @access: 0, EACCES or ENODEV (@pd not attached).  The PD lock,
  * held by the caller, is held by every access change, replacement and
  * deregistration of a published region.  @c is pinned by the caller: it
- * stays registered (preload chunks are never destroyed, and a pinned one
- * is never given back). */
+ * stays registered (a pinned chunk is never given back, nor released). */
 static int copy_chunk_mr(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsigned int access, struct ibv_mr *out)
 {
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
@@ -442,17 +441,26 @@ static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len
 	if (!rdmalloc_preload_heap() || !pd || !len)
 		return NULL;
 	rdmalloc_init(); /* the first elision brings RDMA up (init.h) */
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
-	*why = !c ? "not rdmalloc's memory" : "the range runs past its chunk";
-	if (!c || len > c->size - ((uintptr_t)addr - c->base))
+	/* Found and pinned as one, and under the PD lock: a big block freed
+	 * meanwhile, or its heap destroyed (which checks for pins and
+	 * releases under the PD lock), made the descriptor another chunk's,
+	 * which the pin then held and a later unpin took from its owner. */
+	struct rdmalloc_chunk *c;
+	rdmalloc_pd_lock();
+	int err = rdmalloc_chunk_pin_at(addr, &c);
+	rdmalloc_pd_unlock();
+	/* EBUSY: given back or going; the program registers freed memory */
+	*why = err == ENOENT ? "not rdmalloc's memory" : "its chunk is being given back (freed memory)";
+	if (err)
 		return NULL;
-	*why = "it asks for more access than the chunk's";
-	if ((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap))
-		return NULL; /* early: copy_chunk_mr decides */
-	*why = "its chunk is being given back (freed memory)";
-	if (rdmalloc_chunk_pin(c)) /* given back meanwhile: the program registers freed memory */
-		return NULL;
-	return c;
+	*why = "the range runs past its chunk";
+	if (len <= c->size - ((uintptr_t)addr - c->base)) {
+		*why = "it asks for more access than the chunk's";
+		if (!((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap)))
+			return c; /* copy_chunk_mr decides */
+	}
+	rdmalloc_chunk_unpin(c);
+	return NULL;
 }
 
 /*

@@ -288,7 +288,15 @@ size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap);
 /* Keep @c registered while a memory window or an elided region is on it:
  * 0, or ENOENT when it is not LIVE (given back, or going).  Chunk lock. */
 RDMALLOC_TESTABLE int rdmalloc_chunk_pin(struct rdmalloc_chunk *c);
-/* Undo one rdmalloc_chunk_pin(); an idle chunk may then be given back. */
+/* Find the chunk holding @addr and pin it, as one under the chunk lock: a
+ * descriptor found without it may meanwhile be released and made another
+ * chunk's (a big block freed; a heap destroyed, which also wants its
+ * caller to hold the PD lock, under which it checks for pins and
+ * releases).  0 with *@out pinned; ENOENT (no chunk of ours) or EBUSY
+ * (not LIVE: given back, or going). */
+RDMALLOC_TESTABLE int rdmalloc_chunk_pin_at(const void *addr, struct rdmalloc_chunk **out);
+/* Undo one rdmalloc_chunk_pin() or _pin_at(); an idle chunk may then be
+ * given back. */
 RDMALLOC_TESTABLE void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
 
 /* Make the chunk @r's heap will ask for next, @size bytes, and park it as

@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "addrmap.h"
 #include "counters.h"
 #include "lock.h"
 #include "log.h"
@@ -351,6 +352,18 @@ int rdmalloc_chunk_pin(struct rdmalloc_chunk *c)
 	c->pins += ok;
 	rdmalloc_chunk_unlock();
 	return ok ? 0 : ENOENT;
+}
+
+int rdmalloc_chunk_pin_at(const void *addr, struct rdmalloc_chunk **out)
+{
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
+	int err = !c ? ENOENT : c->state != RDMALLOC_CHUNK_LIVE ? EBUSY : 0;
+	if (!err)
+		c->pins++;
+	rdmalloc_chunk_unlock();
+	*out = err ? NULL : c;
+	return err;
 }
 
 void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c)
