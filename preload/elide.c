@@ -440,6 +440,9 @@ static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len
 	*why = !rdmalloc_preload_heap() ? "the drop-in's heap is not there" : !pd ? "no PD" : "length 0";
 	if (!rdmalloc_preload_heap() || !pd || !len)
 		return NULL;
+	*why = "remote write or atomic access without local write (the kernel refuses it)";
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+		return NULL;
 	rdmalloc_init(); /* the first elision brings RDMA up (init.h) */
 	/* Found and pinned as one, and under the PD lock: a big block freed
 	 * meanwhile, or its heap destroyed (which checks for pins and

@@ -619,6 +619,23 @@ static void case_iova(void)
 		dereg += all[i] && ibv_dereg_mr(all[i]) == 0;
 	CHECK(dereg == 5 && passed_live() == live, "all five deregistered (%d), none left handed on", dereg);
 	free(buf);
+	/* Refused by the kernel (EINVAL): handed on, not answered, even from
+	 * memory whose chunks allow it (the default heap's, rdma_malloc). */
+	void *(*rdma_malloc_fn)(size_t) = (void *(*)(size_t))need("rdma_malloc");
+	void (*rdma_free_fn)(void *) = (void (*)(void *))need("rdma_free");
+	char *remote = rdma_malloc_fn(MiB);
+	CHECK(remote != NULL, "rdma_malloc");
+	struct ibv_mr *g = ibv_reg_mr(pd, remote, 4096, ACC | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(elided(g, pd), "the default heap's memory with remote write and atomic elided");
+	CHECK(!g || ibv_dereg_mr(g) == 0, "deregistered");
+	static const unsigned int without_local_write[] = { IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_ATOMIC };
+	for (size_t i = 0; i < 2; i++) {
+		struct ibv_mr *f = ibv_reg_mr(pd, remote, 4096, without_local_write[i] | IBV_ACCESS_REMOTE_READ);
+		CHECK(f && !elided(f, pd) && passed_live() == live + 1,
+		      "remote %s without local write handed on to libibverbs", i ? "atomic" : "write");
+		CHECK(!f || ibv_dereg_mr(f) == 0, "deregistered");
+	}
+	rdma_free_fn(remote);
 }
 
 /* A fork child does not inherit elision's view: its copy of an elided
