@@ -444,26 +444,18 @@ static struct rdmalloc_chunk *eligible(struct ibv_pd *pd, void *addr, size_t len
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
 		return NULL;
 	rdmalloc_init(); /* the first elision brings RDMA up (init.h) */
-	/* Found and pinned as one, and under the PD lock: a big block freed
-	 * meanwhile, or its heap destroyed (which checks for pins and
+	/* Found, checked and pinned as one, under the PD lock: a big block
+	 * freed meanwhile, or its heap destroyed (which checks for pins and
 	 * releases under the PD lock), made the descriptor another chunk's,
 	 * which the pin then held and a later unpin took from its owner. */
 	struct rdmalloc_chunk *c;
 	rdmalloc_pd_lock();
-	int err = rdmalloc_chunk_pin_at(addr, &c);
+	int err = rdmalloc_chunk_pin_at(addr, len, access & ~OPTIONAL_ACCESS, &c);
 	rdmalloc_pd_unlock();
-	/* EBUSY: given back or going; the program registers freed memory */
-	*why = err == ENOENT ? "not rdmalloc's memory" : "its chunk is being given back (freed memory)";
-	if (err)
-		return NULL;
-	*why = "the range runs past its chunk";
-	if (len <= c->size - ((uintptr_t)addr - c->base)) {
-		*why = "it asks for more access than the chunk's";
-		if (!((access & ~OPTIONAL_ACCESS) & ~rdmalloc_heap_access_of(c->heap)))
-			return c; /* copy_chunk_mr decides */
-	}
-	rdmalloc_chunk_unpin(c);
-	return NULL;
+	*why = err == ENOENT   ? "not rdmalloc's memory, or freed and given back"
+	       : err == ERANGE ? "the range runs past its chunk"
+			       : "it asks for more access than the chunk's";
+	return err ? NULL : c; /* copy_chunk_mr decides */
 }
 
 /*

@@ -288,13 +288,16 @@ size_t rdmalloc_chunks_give_back(const struct rdmalloc_heap *heap);
 /* Keep @c registered while a memory window or an elided region is on it:
  * 0, or ENOENT when it is not LIVE (given back, or going).  Chunk lock. */
 RDMALLOC_TESTABLE int rdmalloc_chunk_pin(struct rdmalloc_chunk *c);
-/* Find the chunk holding @addr and pin it, as one under the chunk lock: a
- * descriptor found without it may meanwhile be released and made another
- * chunk's (a big block freed; a heap destroyed, which also wants its
- * caller to hold the PD lock, under which it checks for pins and
- * releases).  0 with *@out pinned; ENOENT (no chunk of ours) or EBUSY
- * (not LIVE: given back, or going). */
-RDMALLOC_TESTABLE int rdmalloc_chunk_pin_at(const void *addr, struct rdmalloc_chunk **out);
+/* Find the chunk holding [@addr, @addr+@len), registered with every flag
+ * of @access, and pin it, as one under the chunk lock: a descriptor found
+ * without it may meanwhile be released and made another chunk's (a big
+ * block freed; a heap destroyed, which also wants the caller to hold the
+ * PD lock, under which it checks for pins and releases, and changes
+ * access).  0 with *@out pinned, or, with nothing pinned: ENOENT (no LIVE
+ * chunk holds @addr: not ours, given back or going), ERANGE (the range
+ * runs past its chunk), EACCES (the chunk lacks some of @access). */
+RDMALLOC_TESTABLE int rdmalloc_chunk_pin_at(const void *addr, size_t len, unsigned access,
+					    struct rdmalloc_chunk **out);
 /* Undo one rdmalloc_chunk_pin() or _pin_at(); an idle chunk may then be
  * given back. */
 RDMALLOC_TESTABLE void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);

@@ -354,11 +354,14 @@ int rdmalloc_chunk_pin(struct rdmalloc_chunk *c)
 	return ok ? 0 : ENOENT;
 }
 
-int rdmalloc_chunk_pin_at(const void *addr, struct rdmalloc_chunk **out)
+int rdmalloc_chunk_pin_at(const void *addr, size_t len, unsigned access, struct rdmalloc_chunk **out)
 {
 	rdmalloc_chunk_lock();
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(addr);
-	int err = !c ? ENOENT : c->state != RDMALLOC_CHUNK_LIVE ? EBUSY : 0;
+	int err = !c || c->state != RDMALLOC_CHUNK_LIVE	       ? ENOENT
+		  : len > c->size - ((uintptr_t)addr - c->base) ? ERANGE
+		  : access & ~rdmalloc_spec_access(c->spec)     ? EACCES
+								: 0;
 	if (!err)
 		c->pins++;
 	rdmalloc_chunk_unlock();

@@ -885,31 +885,38 @@ Test(giveback, pin_keeps_chunk_and_heap)
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
 
-/* The drop-in's elision pins the chunk that holds an address: found and
- * pinned as one (under the chunk lock), so that a descriptor released and
- * made another chunk's between the two is never pinned.  The pin holds
- * the heap (EBUSY); an address of no chunk, or of a chunk given back or
- * gone, pins nothing. */
-Test(giveback, pin_at_pins_the_chunk_holding_the_address)
+/* The drop-in's elision pins the chunk that holds a range: found, checked
+ * and pinned as one (under the chunk lock), so that a descriptor released
+ * and made another chunk's between the lookup and the pin is never
+ * pinned.  The pin holds the heap (EBUSY); a range past the chunk, more
+ * access than it has, an address of no chunk, of a chunk given back or of
+ * a destroyed heap pin nothing. */
+Test(giveback, pin_at_pins_the_chunk_holding_the_range)
 {
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW });
 	cr_assert(h);
 	char *buf = rdma_heap_malloc(h, 3 * MiB);
 	cr_assert(buf);
-	struct rdmalloc_chunk *c = NULL;
-	cr_assert_eq(rdmalloc_chunk_pin_at(buf + 100, &c), 0);
-	cr_assert_eq(c, rdmalloc_addrmap_find(buf));
+	struct rdmalloc_chunk *c = NULL, *found = rdmalloc_addrmap_find(buf);
+	cr_assert(found);
+	cr_assert_eq(rdmalloc_chunk_pin_at(buf + 100, 4096, LW, &c), 0);
+	cr_assert_eq(c, found);
 	cr_assert_eq(rdma_heap_destroy(h), EBUSY, "the pin did not hold the heap");
 	rdmalloc_chunk_unpin(c);
+	size_t past = found->size - (size_t)((uintptr_t)buf - found->base) + 1;
+	cr_assert_eq(rdmalloc_chunk_pin_at(buf, past, LW, &c), ERANGE);
+	cr_assert_null(c);
+	cr_assert_eq(rdmalloc_chunk_pin_at(buf, 64, LW | RR, &c), EACCES);
+	cr_assert_null(c);
 	int local;
-	cr_assert_eq(rdmalloc_chunk_pin_at(&local, &c), ENOENT);
+	cr_assert_eq(rdmalloc_chunk_pin_at(&local, 1, 0, &c), ENOENT);
 	cr_assert_null(c);
 	rdma_free(buf);
 	rdma_malloc_trim();
 	cr_assert_null(fake_find(fake_pd(0), buf), "the chunk was not given back: nothing tested");
-	cr_assert_eq(rdmalloc_chunk_pin_at(buf, &c), ENOENT, "a chunk given back was pinned");
-	cr_assert_eq(rdma_heap_destroy(h), 0);
-	cr_assert_eq(rdmalloc_chunk_pin_at(buf, &c), ENOENT, "a chunk of a destroyed heap was pinned");
+	cr_assert_eq(rdmalloc_chunk_pin_at(buf, 64, 0, &c), ENOENT, "a chunk given back was pinned");
+	cr_assert_eq(rdma_heap_destroy(h), 0, "a refused pin was left counted");
+	cr_assert_eq(rdmalloc_chunk_pin_at(buf, 64, 0, &c), ENOENT, "a chunk of a destroyed heap was pinned");
 }
 
 /* An access change would give a pinned chunk new keys (with NEW_KEYS, or
