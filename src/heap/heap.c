@@ -710,12 +710,17 @@ out:
  */
 enum purge_how {
 	PURGE_TICK,    /* the decay: not for another's work (a trim gives back all), for a fork */
-	PURGE_RELIEF,  /* inside an allocation: both until @deadline, then without @h */
+	PURGE_RELIEF,  /* inside an allocation: both until @deadline, then without @h; never
+			* waiting on the HEAP lock itself (purge_begin) */
 	PURGE_TRIM,    /* rdma_malloc_trim(): for both */
 };
 
-/* 1 if taken.  @deadline: a relief's, one for all the heaps it goes
- * through (rdmalloc_fill_wait_ns from its start); else 0. */
+/* purge_take's answer to a relief that should look again later. */
+#define PURGE_LATER (-1)
+
+/* 1 if taken, 0 if not, PURGE_LATER (a relief, before @deadline) to
+ * look again without the lock.  @deadline: a relief's, one for all the
+ * heaps it goes through (rdmalloc_fill_wait_ns from its start); else 0. */
 static int purge_take(struct rdmalloc_heap *h, enum purge_how how, uint64_t deadline)
 {
 	for (;;) {
@@ -725,6 +730,8 @@ static int purge_take(struct rdmalloc_heap *h, enum purge_how how, uint64_t dead
 			break;
 		if (how == PURGE_TICK && h->purging)
 			return 0;
+		if (how == PURGE_RELIEF) /* a wait on HEAP's condition takes HEAP back unbounded */
+			return rdmalloc_now_ns() < deadline ? PURGE_LATER : 0;
 		if (!deadline) {
 			rdmalloc_lock_wait(RDMALLOC_LOCK_HEAP);
 		} else if (rdmalloc_now_ns() >= deadline) {
@@ -749,20 +756,40 @@ static void purge_drop(struct rdmalloc_heap *h)
 /* The heap at @i taken for a tick or a trim (purge_take), or NULL; with
  * @decay_ms, only one whose idle memory goes back (*@decay_ms: its decay
  * time, read under the lock; else untouched). */
+/* HEAP for a relief, tried until @deadline, never waited for: a relief
+ * runs inside an allocation, maybe under a FILE's lock, and a fork holds
+ * HEAP while it waits for stdio's list lock, whose holder (fflush(NULL))
+ * may wait for that FILE (sys/stdio_fork.h).  1 if taken. */
+static int relief_lock(uint64_t deadline)
+{
+	while (!rdmalloc_lock_try(RDMALLOC_LOCK_HEAP)) {
+		if (rdmalloc_now_ns() >= deadline)
+			return 0;
+		rdmalloc_os_nap(1000000);
+	}
+	return 1;
+}
+
 static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, uint64_t deadline, long *decay_ms)
 {
-	rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-	struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
-	if (h && decay_ms) {
-		if (h->decay_ms < 0)
-			h = NULL;
-		else
-			*decay_ms = h->decay_ms;
+	for (;;) {
+		if (how != PURGE_RELIEF)
+			rdmalloc_lock(RDMALLOC_LOCK_HEAP);
+		else if (!relief_lock(deadline))
+			return NULL;
+		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
+		if (h && decay_ms) {
+			if (h->decay_ms < 0)
+				h = NULL;
+			else
+				*decay_ms = h->decay_ms;
+		}
+		int taken = h ? purge_take(h, how, deadline) : 0;
+		rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
+		if (taken != PURGE_LATER)
+			return taken ? h : NULL;
+		rdmalloc_os_nap(1000000);
 	}
-	if (h && !purge_take(h, how, deadline))
-		h = NULL;
-	rdmalloc_unlock(RDMALLOC_LOCK_HEAP);
-	return h;
 }
 
 static void purge_end(struct rdmalloc_heap *h)

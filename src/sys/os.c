@@ -444,6 +444,12 @@ uint64_t rdmalloc_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void rdmalloc_os_nap(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+	nanosleep(&ts, NULL);
+}
+
 uint64_t rdmalloc_os_random64(void)
 {
 	uint64_t v = 0;

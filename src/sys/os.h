@@ -106,6 +106,8 @@ void rdmalloc_os_threads_fork_child(void);
 RDMALLOC_TESTABLE void rdmalloc_os_note_placement(void);
 /* CLOCK_MONOTONIC in nanoseconds (what the *_ns stats count). */
 uint64_t rdmalloc_now_ns(void);
+/* Sleep about @ns nanoseconds (a poll's pause: no lock held). */
+void rdmalloc_os_nap(uint64_t ns);
 /* 64 random bits from the kernel (getrandom(2)); without entropy yet, the
  * clock and an address mixed.  Never 0 from the kernel. */
 uint64_t rdmalloc_os_random64(void);

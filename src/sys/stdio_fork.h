@@ -17,11 +17,10 @@
  * process has threads, as glibc: one without may fork in a signal handler
  * that interrupted its own stdio, and has nobody to wait for.
  * The only code of ours that takes the list lock (tests/check-imports.sh).
- * What jemalloc's locks guard is covered, not what waits for the fork
- * itself: under a FILE's lock, an allocation that fails for want of
- * memory (its relief takes HEAP, which the fork holds) or a big block's
- * chunk made or released (its section waits while a fork is coming)
- * still closes the circle, as before.
+ * Our own waits under an allocation are bounded there (a relief only
+ * tries HEAP, which the fork holds: heap.c), but one: a big block's chunk
+ * made or released under a FILE's lock (its section waits while a fork
+ * is coming) still closes the circle, as before.
  */
 #ifndef RDMALLOC_STDIO_FORK_H
 #define RDMALLOC_STDIO_FORK_H

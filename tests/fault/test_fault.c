@@ -1200,3 +1200,80 @@ Test(fault, a_fork_cancelled_in_its_wait_holds_nothing, .init = cr_redirect_stde
 	pthread_join(c, NULL);
 	done_with_the_held_start(h, p);
 }
+
+/* A relief inside an allocation that failed for want of memory (here:
+ * every registration refused, ENOMEM) made under a FILE's lock, while
+ * another thread in fflush(NULL) waits for that FILE and a third forks:
+ * the fork holds HEAP and waits for stdio's list lock, which fflush(NULL)
+ * holds (sys/stdio_fork.h).  The relief waited for HEAP and the three
+ * hung for good; it now tries HEAP until its deadline, then goes on
+ * without it, and the allocation fails as it would have. */
+static FILE *relief_file;
+static atomic_int relief_file_held, relief_file_go;
+
+static void *malloc_under_a_file(void *arg)
+{
+	flockfile(relief_file);
+	atomic_store(&relief_file_held, 1);
+	while (!atomic_load(&relief_file_go))
+		usleep(1000);
+	rdmalloc_fault_arm(RDMALLOC_FAULT_REG, 1, 0, ENOMEM);
+	void *p = rdma_heap_malloc(arg, 4096); /* under the big blocks' size: no section */
+	rdmalloc_fault_disarm_all();
+	funlockfile(relief_file);
+	return p;
+}
+
+static void *flush_everything(void *arg)
+{
+	(void)arg;
+	fflush(NULL); /* stdio's list lock, then each FILE's: waits for relief_file */
+	return NULL;
+}
+
+/* Join @t within @s seconds: whether it ended. */
+static int joined_within(pthread_t t, int s, void **ret)
+{
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += s;
+	return pthread_timedjoin_np(t, ret, &deadline) == 0;
+}
+
+Test(fault, a_relief_under_a_file_lock_does_not_wait_for_a_fork, .init = cr_redirect_stderr, .timeout = 60)
+{
+	fake_verbs_install(1);
+	rdmalloc_fill_wait_ns = 300ull * 1000 * 1000; /* the relief's bound */
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(h);
+	relief_file = fopen("/dev/null", "w");
+	cr_assert(relief_file);
+	pthread_t holder, flusher, forker;
+	double forked = 0;
+	cr_assert_eq(pthread_create(&holder, NULL, malloc_under_a_file, h), 0);
+	while (!atomic_load(&relief_file_held))
+		usleep(1000);
+	cr_assert_eq(pthread_create(&flusher, NULL, flush_everything, NULL), 0);
+	usleep(200000); /* it holds the list lock, waiting for relief_file */
+	cr_assert_eq(pthread_create(&forker, NULL, fork_and_reap, &forked), 0);
+	usleep(300000); /* the fork holds HEAP, waiting for the list lock */
+	double t0 = now_s();
+	atomic_store(&relief_file_go, 1);
+	void *p = NULL, *child_ok = NULL;
+	int ended = joined_within(holder, 20, &p);
+	double took = now_s() - t0;
+	if (!ended) { /* nothing can end this process normally now */
+		static const char msg[] = "FAIL: the relief waited for the fork, which waits for stdio\n";
+		if (write(2, msg, sizeof(msg) - 1) < 0)
+			_exit(2);
+		_exit(1);
+	}
+	cr_assert(joined_within(flusher, 20, NULL), "fflush(NULL) did not return");
+	cr_assert(joined_within(forker, 20, &child_ok), "fork() did not return");
+	cr_assert(child_ok, "the child did not exit 0");
+	cr_assert_null(p, "the allocation succeeded with every registration refused: nothing tested");
+	cr_assert_geq(took, 0.25, "the relief met no fork (%.3f s): nothing tested", took);
+	rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
+	fclose(relief_file);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
