@@ -756,17 +756,16 @@ static void purge_drop(struct rdmalloc_heap *h)
 /* The heap at @i taken for a tick or a trim (purge_take), or NULL; with
  * @decay_ms, only one whose idle memory goes back (*@decay_ms: its decay
  * time, read under the lock; else untouched). */
-/* HEAP for a relief, tried until @deadline, never waited for: a relief
- * runs inside an allocation, maybe under a FILE's lock, and a fork holds
- * HEAP while it waits for stdio's list lock, whose holder (fflush(NULL))
- * may wait for that FILE (sys/stdio_fork.h).  1 if taken. */
+/* HEAP for a relief, tried until @deadline (and 10 times more past it,
+ * for the heaps after the one that used it up), never waited for: a
+ * relief runs inside an allocation, maybe under a FILE's lock, and a fork
+ * holds HEAP while it waits for stdio's list lock, whose holder
+ * (fflush(NULL)) may wait for that FILE (sys/stdio_fork.h).  1 if taken. */
 static int relief_lock(uint64_t deadline)
 {
-	while (!rdmalloc_lock_try(RDMALLOC_LOCK_HEAP)) {
-		if (rdmalloc_now_ns() >= deadline)
+	for (int late = 0; !rdmalloc_lock_try(RDMALLOC_LOCK_HEAP); rdmalloc_os_nap(1000000))
+		if (rdmalloc_now_ns() >= deadline && ++late > 10)
 			return 0;
-		rdmalloc_os_nap(1000000);
-	}
 	return 1;
 }
 
@@ -775,8 +774,8 @@ static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, uint64_
 	for (;;) {
 		if (how != PURGE_RELIEF)
 			rdmalloc_lock(RDMALLOC_LOCK_HEAP);
-		else if (!relief_lock(deadline))
-			return NULL;
+		else if (!atomic_load_explicit(&heaps[i], memory_order_relaxed) || !relief_lock(deadline))
+			return NULL; /* no heap there: no lock tried (the relief goes through all) */
 		struct rdmalloc_heap *h = atomic_load_explicit(&heaps[i], memory_order_relaxed);
 		if (h && decay_ms) {
 			if (h->decay_ms < 0)

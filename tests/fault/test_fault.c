@@ -1254,9 +1254,15 @@ Test(fault, a_relief_under_a_file_lock_does_not_wait_for_a_fork, .init = cr_redi
 	while (!atomic_load(&relief_file_held))
 		usleep(1000);
 	cr_assert_eq(pthread_create(&flusher, NULL, flush_everything, NULL), 0);
-	usleep(200000); /* it holds the list lock, waiting for relief_file */
+	usleep(300000); /* it holds the list lock, waiting for relief_file */
 	cr_assert_eq(pthread_create(&forker, NULL, fork_and_reap, &forked), 0);
-	usleep(300000); /* the fork holds HEAP, waiting for the list lock */
+	/* Said to be coming once the fork holds the outer locks (HEAP), which
+	 * it keeps to its end: it then waits for the list lock. */
+	for (int i = 0; i < 5000 && !rdmalloc_os_threads_fork_coming(); i++)
+		usleep(1000);
+	cr_assert(rdmalloc_os_threads_fork_coming(), "the fork never came (5 s)");
+	usleep(100000);
+	cr_assert_eq(forked, 0, "the fork returned: fflush(NULL) did not hold the list lock, nothing tested");
 	double t0 = now_s();
 	atomic_store(&relief_file_go, 1);
 	void *p = NULL, *child_ok = NULL;
