@@ -732,13 +732,7 @@ static int purge_take(struct rdmalloc_heap *h, enum purge_how how, uint64_t dead
 			return 0;
 		if (how == PURGE_RELIEF) /* a wait on HEAP's condition takes HEAP back unbounded */
 			return rdmalloc_now_ns() < deadline ? PURGE_LATER : 0;
-		if (!deadline) {
-			rdmalloc_lock_wait(RDMALLOC_LOCK_HEAP);
-		} else if (rdmalloc_now_ns() >= deadline) {
-			return 0;
-		} else {
-			rdmalloc_lock_wait_until(RDMALLOC_LOCK_HEAP, deadline);
-		}
+		rdmalloc_lock_wait(RDMALLOC_LOCK_HEAP);
 	}
 	h->purging = 1;
 	purges++;
@@ -753,9 +747,6 @@ static void purge_drop(struct rdmalloc_heap *h)
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_HEAP); /* a destroy, a trim or a fork may wait */
 }
 
-/* The heap at @i taken for a tick or a trim (purge_take), or NULL; with
- * @decay_ms, only one whose idle memory goes back (*@decay_ms: its decay
- * time, read under the lock; else untouched). */
 /* HEAP for a relief, tried until @deadline (and 10 times more past it,
  * for the heaps after the one that used it up), never waited for: a
  * relief runs inside an allocation, maybe under a FILE's lock, and a fork
@@ -769,6 +760,9 @@ static int relief_lock(uint64_t deadline)
 	return 1;
 }
 
+/* The heap at @i taken for a tick, a trim or a relief (purge_take), or NULL; with
+ * @decay_ms, only one whose idle memory goes back (*@decay_ms: its decay
+ * time, read under the lock; else untouched). */
 static struct rdmalloc_heap *purge_begin(unsigned i, enum purge_how how, uint64_t deadline, long *decay_ms)
 {
 	for (;;) {
