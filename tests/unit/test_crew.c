@@ -355,26 +355,6 @@ Test(crew, the_limit_check_reads_status_past_a_long_groups_line)
 	cr_assert_eq(rdmalloc_os_read_status("/proc/self/status", &cap, &pin), 0, "this process's");
 }
 
-static atomic_int start_returned;
-
-static void *start_crew(void *arg)
-{
-	(void)arg;
-	rdmalloc_crew_start();
-	atomic_store(&start_returned, 1);
-	return NULL;
-}
-
-/* The crew's start asked on a new thread *@t: whether it returned
- * within a second. */
-static int start_on_a_thread(pthread_t *t)
-{
-	cr_assert_eq(pthread_create(t, NULL, start_crew, NULL), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&start_returned); i++)
-		usleep(1000);
-	return atomic_load(&start_returned);
-}
-
 /* A start was put off: the next allocation asks again, and the workers
  * come. */
 static void a_later_allocation_starts_the_crew(void)
@@ -394,11 +374,7 @@ Test(crew, a_start_while_a_fork_holds_its_lock_is_put_off)
 {
 	rdma_malloc_trim(); /* initialised: RDMALLOC_REG_THREADS read, 2 workers wanted */
 	cr_assert_eq(rdmalloc_crew_threads(), 1);
-	fork_window_open();
-	pthread_t t;
-	int returned = start_on_a_thread(&t);
-	fork_window_close();
-	pthread_join(t, NULL);
+	int returned = returns_in_a_fork_window(rdmalloc_crew_start);
 	cr_assert(returned, "the start waited for the lock a fork holds");
 	cr_assert_eq(rdmalloc_crew_threads(), 1, "started under the fork's lock");
 	a_later_allocation_starts_the_crew();
@@ -413,7 +389,8 @@ Test(crew, a_start_gives_up_on_a_busy_lock)
 	cr_assert_eq(rdmalloc_crew_threads(), 1);
 	rdmalloc_lock(RDMALLOC_LOCK_STARTS);
 	pthread_t t;
-	int returned = start_on_a_thread(&t);
+	struct call_on_thread start = { .fn = rdmalloc_crew_start };
+	int returned = called_within_a_second(&start, &t);
 	rdmalloc_unlock(RDMALLOC_LOCK_STARTS);
 	pthread_join(t, NULL);
 	cr_assert(returned, "the start waited for the lock");

@@ -1122,16 +1122,6 @@ Test(reserve, the_thread_takes_the_nice_value_of_the_process_at_load, .init = NU
 	rdma_free(p);
 }
 
-static atomic_int reserve_start_returned;
-
-static void *start_reserve(void *arg)
-{
-	(void)arg;
-	rdmalloc_reserve_start();
-	atomic_store(&reserve_start_returned, 1);
-	return NULL;
-}
-
 /* The reserve's thread asked for while a fork holds the inner locks (the
  * drop-in's malloc asks, maybe under a FILE's lock, which glibc's fork
  * takes after the handlers): the start is put off taking none of them.
@@ -1142,14 +1132,7 @@ Test(reserve, a_start_during_a_fork_takes_no_lock_the_fork_holds)
 	cr_assert(h);
 	int none = 0; /* as a growth asks */
 	cr_assert(atomic_compare_exchange_strong(&rdmalloc_reserve_thread_state, &none, 1));
-	fork_window_open();
-	pthread_t t;
-	cr_assert_eq(pthread_create(&t, NULL, start_reserve, NULL), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&reserve_start_returned); i++)
-		usleep(1000);
-	int returned = atomic_load(&reserve_start_returned);
-	fork_window_close();
-	pthread_join(t, NULL);
+	int returned = returns_in_a_fork_window(rdmalloc_reserve_start);
 	cr_assert(returned, "the start waited for a lock the fork holds");
 	cr_assert_eq(atomic_load(&rdmalloc_reserve_thread_state), 1, "not asked for again");
 	rdmalloc_reserve_start();
