@@ -18,8 +18,8 @@
 # holds while it waits for a FILE's lock, whose holder may be in malloc)
 # but in api/stats_exit.c (at exit) and api/stats_print.c (the program's
 # call); the list lock is taken by sys/stdio_fork.c only, in fork's
-# prepare (stdio_fork.h says why).  And no format string of SRCDIR's src/ and preload/ may hold %m
-# (strerror inside printf).
+# prepare (stdio_fork.h says why).  And no format string of SRCDIR's src/
+# and preload/ may hold %m (strerror inside printf).
 set -eu
 bad='strerror|strerror_l|strsignal|perror|psignal|gettext|dgettext|dcgettext|ngettext|dngettext|dcngettext|__dcgettext|textdomain|bindtextdomain|setlocale|newlocale|uselocale|nl_langinfo|localeconv|err|errx|verr|verrx|warn|warnx|vwarn|vwarnx|error|error_at_line|syslog|vsyslog'
 stdio='fopen|fopen64|fdopen|fopencookie|fclose|freopen|freopen64|popen|pclose|tmpfile|tmpfile64|open_memstream|open_wmemstream|fmemopen|fcloseall|fflush|fflush_unlocked|_IO_list_lock'
