@@ -16,12 +16,12 @@ if [ -n "$found" ]; then
 fi
 [ "$(find "$src/src" -name '*.c' | wc -l)" -gt 10 ] || { echo "no sources under $src/src"; exit 1; }
 # doc/design.md's table of locks names the same ones, in the same order.
-table=$(sed -nE 's/^[[:space:]]*X\(([A-Z_]+), (OUTER|INNER),.*/\1 \2/p' "$src/src/sys/lock.h" | tr 'A-Z' 'a-z')
-doc=$(sed -nE 's/^\| `([A-Z_]+)` \| (outer|inner) \|.*/\1 \2/p' "$src/doc/design.md" | tr 'A-Z' 'a-z')
+table=$(sed -nE 's/^[[:space:]]*X\(([A-Z_]+), (FIRST|OUTER|INNER),.*/\1 \2/p' "$src/src/sys/lock.h" | tr 'A-Z' 'a-z')
+doc=$(sed -nE 's/^\| `([A-Z_]+)` \| (first|outer|inner) \|.*/\1 \2/p' "$src/doc/design.md" | tr 'A-Z' 'a-z')
 if [ "$table" != "$doc" ]; then
 	echo "doc/design.md's table of locks differs from src/sys/lock.h's (lock.h < > design.md):"
 	diff <(printf '%s\n' "$table") <(printf '%s\n' "$doc") | grep '^[<>]'
 	exit 1
 fi
-[ -n "$table" ] || { echo "no X(NAME, OUTER|INNER, ...) lines in src/sys/lock.h"; exit 1; }
+[ -n "$table" ] || { echo "no X(NAME, FIRST|OUTER|INNER, ...) lines in src/sys/lock.h"; exit 1; }
 echo "ok: every lock of src/ and preload/ is one of the $(printf '%s\n' "$table" | wc -l) in src/sys/lock.h"

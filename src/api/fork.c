@@ -3,18 +3,20 @@
  * fork.c - fork(): our locks across it, and the child's registrations.
  *
  * Every lock is in lock.h's table, in the one order they nest; fork takes
- * them all in that order, in two groups around jemalloc's own locks.
+ * them all in that order, in groups around stdio's list lock and
+ * jemalloc's own locks.
  * pthread_atfork runs prepare handlers in reverse order of registration, so:
  *  - the inner handler (the leaves) is registered before jemalloc
  *    initialises (a priority constructor, and the first allocation of the
  *    LD_PRELOAD drop-in), and its prepare runs after jemalloc's;
  *  - the outer handler is registered right after jemalloc initialised,
  *    still at load, and its prepare runs before jemalloc's.  It first
- *    waits for the decay's and the trims' work on the arenas (heap.h),
- *    then takes the init lock: fork() waits for a lazy initialisation
+ *    takes the init lock: fork() waits for a lazy initialisation
  *    under way in another thread (init.c), which the child could neither
- *    finish nor safely run again.  Then it waits for threads of ours
- *    being started and for our verbs calls (os.h, verbs.h).
+ *    finish nor safely run again.  Then stdio's list lock (stdio_fork.h);
+ *    it waits for the decay's and the trims' work on the arenas (heap.h),
+ *    takes the outer locks, and waits for threads of ours being started
+ *    and for our verbs calls (os.h, verbs.h).
  * No thread holds a jemalloc lock while it waits for an outer lock, and no
  * thread holding an inner lock allocates: so each group can wait for its
  * holders.  The one jemalloc lock held across our code is an arena's growth
@@ -105,12 +107,22 @@ static void outer_prepare(void)
 	 * our waits would unwind holding our locks: off until the end of the
 	 * fork (outer_parent, outer_child). */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fork_cancel);
-	/* This fork's own until it holds the outer locks: another fork may be
-	 * under way, whose end clears the shared one (fork_ends). */
+	/* INIT first: fork() waits for a lazy initialisation under way, and
+	 * its holder opens FILEs (libibverbs reads its configuration). */
+	rdmalloc_locks_prepare(RDMALLOC_LOCKS_FIRST);
+	/* Then stdio's list lock, before anything an allocation under a
+	 * FILE's lock may wait for: the outer locks, the stop of the purges,
+	 * the marks a section or a start waits on (stdio_fork.h).  But last
+	 * when our registrations open FILEs themselves: the work under way
+	 * that the waits below wait for would wait for it. */
+	int stdio_last = rdmalloc_verbs_open_files();
+	if (!stdio_last)
+		rdmalloc_stdio_fork_prepare();
+	/* This fork's own bound, from here (fork.h). */
 	uint64_t until = rdmalloc_now_ns() + rdmalloc_fork_wait_ns;
-	/* First the decay's and the trims' work on the arenas, which holds
-	 * none of our locks but calls verbs and jemalloc: a child would
-	 * inherit an arena half purged, which jemalloc never purges again. */
+	/* The decay's and the trims' work on the arenas, which holds none of
+	 * our locks but calls verbs and jemalloc: a child would inherit an
+	 * arena half purged, which jemalloc never purges again. */
 	unsigned purges = rdmalloc_heap_fork_prepare(until);
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_OUTER);
 	deadline = until;
@@ -134,17 +146,18 @@ static void outer_prepare(void)
 	 * way, and a call started now might free into jemalloc then. */
 	rdmalloc_reserves_fork_coming();
 	rdmalloc_crew_fork_coming();
-	/* Last, before jemalloc's locks: glibc's order (stdio_fork.h). */
-	rdmalloc_stdio_fork_prepare();
+	if (stdio_last)
+		rdmalloc_stdio_fork_prepare();
 }
 
 static void outer_parent(void)
 {
-	rdmalloc_stdio_fork_parent();
 	rdmalloc_verbs_fork_parent();
 	rdmalloc_os_threads_fork_parent();
 	rdmalloc_heap_fork_parent();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
+	rdmalloc_stdio_fork_parent();
+	rdmalloc_locks_parent(RDMALLOC_LOCKS_FIRST);
 	pthread_setcancelstate(fork_cancel, NULL);
 }
 
@@ -161,8 +174,9 @@ static void outer_child(void)
 	rdmalloc_counters_fork_child();
 	rdmalloc_verbs_fork_child();
 	rdmalloc_os_threads_fork_child();
-	rdmalloc_stdio_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
+	rdmalloc_stdio_fork_child();
+	rdmalloc_locks_child(RDMALLOC_LOCKS_FIRST);
 	pthread_setcancelstate(fork_cancel, NULL);
 }
 

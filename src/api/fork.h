@@ -21,7 +21,9 @@ void rdmalloc_fork_register_outer(void);
  * jemalloc's prepare.  (The crew's workers only madvise, which ends.)
  * Past it the fork goes ahead, logged once and counted once in fallbacks:
  * these waits never hang a fork.  (A hook under jemalloc's growth lock is
- * waited for by jemalloc's prepare, not by us.) */
+ * waited for by jemalloc's prepare, not by us.)  Counted from the moment
+ * the fork holds INIT and (where it takes it first) stdio's list lock,
+ * whose waits it does not bound. */
 #define RDMALLOC_FORK_WAIT_NS (30ull * 1000000000u)
 extern RDMALLOC_TESTABLE uint64_t rdmalloc_fork_wait_ns; /* it; tests shorten it */
 

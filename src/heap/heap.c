@@ -749,9 +749,9 @@ static void purge_drop(struct rdmalloc_heap *h)
 
 /* HEAP for a relief, tried until @deadline (and 10 times more past it,
  * for the heaps after the one that used it up), never waited for: a
- * relief runs inside an allocation, maybe under a FILE's lock, and a fork
- * holds HEAP while it waits for stdio's list lock, whose holder
- * (fflush(NULL)) may wait for that FILE (sys/stdio_fork.h).  1 if taken. */
+ * relief runs inside the program's allocation, which waits for a fork
+ * (HEAP held to its end) or a heap's creation no longer than that.
+ * 1 if taken. */
 static int relief_lock(uint64_t deadline)
 {
 	for (int late = 0; !rdmalloc_lock_try(RDMALLOC_LOCK_HEAP); rdmalloc_os_nap(1000000))

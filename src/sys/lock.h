@@ -7,10 +7,15 @@
  * A thread may take a lock only while it holds none that comes later in the
  * table.  Builds without NDEBUG check that at every acquisition and abort
  * with both names, so an inversion fails a test instead of hanging a user.
- * fork() takes them all, in this order, in two groups around jemalloc's own
- * locks (fork.c): OUTER ones before jemalloc's prefork (they are held across
- * jemalloc and verbs calls), INNER ones after (leaves: never held across an
- * allocation, a verbs call or a wait for another lock of the table).
+ * fork() takes them all, in this order, in groups around stdio's list lock
+ * and jemalloc's own locks (fork.c): FIRST before the list lock (its holder
+ * may open a FILE: libibverbs reads its configuration), OUTER after it and
+ * before jemalloc's prefork (they are held across jemalloc and verbs calls,
+ * and an allocation under a FILE's lock may wait for them), INNER ones
+ * after (leaves: never held across an allocation, a verbs call or a wait
+ * for another lock of the table).  No code of ours opens a FILE holding
+ * an OUTER lock: the fork waits for it holding stdio's list lock (but
+ * where libibverbs' registrations open FILEs: fork.c).
  * tests/check-locks.sh fails when a lock is declared anywhere else.
  */
 #ifndef RDMALLOC_LOCK_H
@@ -22,7 +27,7 @@
 
 /* X(ID, group, what it guards) */
 #define RDMALLOC_LOCKS(X)                                                                    \
-	X(INIT, OUTER, "the lazy one-time initialisation")                                   \
+	X(INIT, FIRST, "the lazy one-time initialisation")                                   \
 	X(HEAP, OUTER, "the heap table, heap creation and destruction, purges under way")     \
 	X(PD, OUTER, "attach, detach, access changes, heap destruction, windows, elision")   \
 	X(TCACHE, OUTER, "thread-cache ownership")                                           \
@@ -44,14 +49,14 @@ enum rdmalloc_lock_id {
 	RDMALLOC_LOCK_COUNT
 };
 
-enum rdmalloc_lock_group { RDMALLOC_LOCKS_OUTER, RDMALLOC_LOCKS_INNER };
+enum rdmalloc_lock_group { RDMALLOC_LOCKS_FIRST, RDMALLOC_LOCKS_OUTER, RDMALLOC_LOCKS_INNER };
 
 /* Take / release lock @id (aborts on an order violation, see above). */
 RDMALLOC_TESTABLE void rdmalloc_lock(enum rdmalloc_lock_id id);
 RDMALLOC_TESTABLE void rdmalloc_unlock(enum rdmalloc_lock_id id);
 /* Take lock @id if it is free: 1, else 0 at once (never waits, so no
  * order to keep). */
-int rdmalloc_lock_try(enum rdmalloc_lock_id id);
+RDMALLOC_TESTABLE int rdmalloc_lock_try(enum rdmalloc_lock_id id);
 /* Wait on @id's condition variable (@id held); wake every waiter. */
 void rdmalloc_lock_wait(enum rdmalloc_lock_id id);
 /* The same, returning at @deadline_ns (rdmalloc_now_ns()'s clock) at the

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fault.h"
@@ -40,6 +41,7 @@ static struct {
 	int (*dereg_mr)(struct ibv_mr *mr);
 	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access);
 } lib;
+static int lib_opens_files; /* real_opens_files */
 static char lib_why[128]; /* why libibverbs is not bound */
 
 void *rdmalloc_verbs_real(const char *name, const char *version)
@@ -79,7 +81,9 @@ void rdmalloc_verbs_init(void)
 		snprintf(lib_why, sizeof(lib_why), "libibverbs.so.1 lacks a function rdmalloc needs: %s",
 			 dlerror());
 		memset(&lib, 0, sizeof(lib));
+		return;
 	}
+	lib_opens_files = getenv("RDMAV_HUGEPAGES_SAFE") != NULL;
 }
 
 static int bound(void)
@@ -270,6 +274,18 @@ static int real_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *a
 	return ibv_advise_mr(pd, (enum ibv_advise_mr_advice)advice, flags, &sge, 1);
 }
 
+/* libibverbs' fork protection (ibv_fork_init, RDMAV_FORK_SAFE) madvises
+ * every registered range; with RDMAV_HUGEPAGES_SAFE it first finds the
+ * range's page size in /proc/self/smaps, read with fopen (rdma-core's
+ * memory.c).  Whether protection is on cannot be asked cheaply (rdma-core
+ * before v51 turns it on whatever the kernel, and ibv_is_fork_initialized
+ * asks the kernel over netlink, allocating): the variable alone decides,
+ * as libibverbs read it, when we bound it (it reads it once). */
+static int real_opens_files(void)
+{
+	return lib.reg_mr_iova2 && lib_opens_files;
+}
+
 /* The real table: a macro, so that the active table can start as a copy. */
 #define REAL_OPS                                         \
 	{                                                \
@@ -283,6 +299,7 @@ static int real_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *a
 		.local_inv = real_local_inv,             \
 		.query_odp = real_query_odp,             \
 		.advise_mr = real_advise_mr,             \
+		.opens_files = real_opens_files,         \
 	}
 static const struct rdmalloc_verbs_ops real_ops = REAL_OPS;
 
@@ -356,6 +373,11 @@ static int unsupported_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, 
 	return EOPNOTSUPP;
 }
 
+static int unsupported_opens_files(void)
+{
+	return 0;
+}
+
 static struct rdmalloc_verbs_ops active = REAL_OPS;
 static const struct rdmalloc_verbs_ops *const ops = &active;
 
@@ -374,8 +396,14 @@ void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *o)
 	FILL_(local_inv);
 	FILL_(query_odp);
 	FILL_(advise_mr);
+	FILL_(opens_files);
 }
 #undef FILL_
+
+int rdmalloc_verbs_open_files(void)
+{
+	return ops->opens_files();
+}
 
 /* What a region counts in registered_bytes: an implicit ODP region (NULL,
  * SIZE_MAX) stands for no bytes of its own; its chunks count as chunk_bytes. */

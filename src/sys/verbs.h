@@ -52,6 +52,9 @@ struct rdmalloc_verbs_ops {
 	int (*query_odp)(struct ibv_pd *pd, uint32_t *general, uint32_t *rc);
 	/* ibv_advise_mr(@pd, @advice, @flags, one SGE).  0 or errno. */
 	int (*advise_mr)(struct ibv_pd *pd, int advice, uint32_t flags, void *addr, size_t len, uint32_t lkey);
+	/* Whether registrations and deregistrations open FILEs (stdio's list
+	 * lock: fork.c).  Left out: 0. */
+	int (*opens_files)(void);
 };
 
 /* Must be called before the library initialises (before any allocation).
@@ -62,9 +65,16 @@ RDMALLOC_TESTABLE void rdmalloc_verbs_set_ops(const struct rdmalloc_verbs_ops *o
  * libibverbs and bind the real backend's calls to its own functions (not
  * the drop-in's wrappers of them).  If it cannot, they fail with ENOSYS
  * and open_default_pd says why.  Idempotent. */
-void rdmalloc_verbs_init(void);
+RDMALLOC_TESTABLE void rdmalloc_verbs_init(void);
 /* libibverbs' own @name@@version (not an interposed one), or NULL. */
 void *rdmalloc_verbs_real(const char *name, const char *version);
+
+/* Whether our registrations and deregistrations may open FILEs, taking
+ * stdio's list lock: libibverbs' fork protection with RDMAV_HUGEPAGES_SAFE
+ * reads /proc/self/smaps in each (RDMAV_HUGEPAGES_SAFE set: maybe).  No
+ * allocation, no system call (a fork handler).  INIT held (the table is
+ * bound under it). */
+RDMALLOC_TESTABLE int rdmalloc_verbs_open_files(void);
 
 /* Register [addr, addr+len) with @pd, timing and counting it. */
 struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access);

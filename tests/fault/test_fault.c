@@ -28,6 +28,7 @@
  */
 #include "fault_util.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
@@ -37,10 +38,12 @@
 #include "crew.h"
 #include "fork.h"
 #include "heap.h"
+#include "lock.h"
 #include "os.h"
 #include "reserve.h"
 #include "stderr_said.h"
 #include "thread_named.h"
+#include "verbs.h"
 
 #include <criterion/redirect.h>
 
@@ -1201,13 +1204,20 @@ Test(fault, a_fork_cancelled_in_its_wait_holds_nothing, .init = cr_redirect_stde
 	done_with_the_held_start(h, p);
 }
 
-/* A relief inside an allocation that failed for want of memory (here:
- * every registration refused, ENOMEM) made under a FILE's lock, while
- * another thread in fflush(NULL) waits for that FILE and a third forks:
- * the fork holds HEAP and waits for stdio's list lock, which fflush(NULL)
- * holds (sys/stdio_fork.h).  The relief waited for HEAP and the three
- * hung for good; it now tries HEAP until its deadline, then goes on
- * without it, and the allocation fails as it would have. */
+/* glibc's fork takes stdio's list lock after the fork handlers, and
+ * fflush(NULL) holds it while it waits for each FILE's lock, whose holder
+ * may allocate.  So a fork that waits for the list lock must hold nothing
+ * such an allocation may wait for: it takes the list lock right after
+ * INIT (whose holder opens FILEs: libibverbs' configuration), before the
+ * other outer locks and before it says a fork is coming (sys/stdio_fork.h).
+ * It took it last: it held HEAP, PD and TCACHE and marked the fork as
+ * coming, so a relief (HEAP), a thread's first rdma_malloc (TCACHE) and a
+ * big block's section (the mark) under the FILE's lock waited for a fork
+ * that waited for them (the relief tried HEAP until its deadline and gave
+ * up; the other two hung: preload-libc-locks-fork-cache, -fork-big).
+ * Here every registration is refused, so the allocation under the FILE's
+ * lock fails and relieves: it must find HEAP free and the purges not
+ * stopped (it waited until its deadline for the fork to end). */
 static FILE *relief_file;
 static atomic_int relief_file_held, relief_file_go;
 
@@ -1240,10 +1250,10 @@ static int joined_within(pthread_t t, int s, void **ret)
 	return pthread_timedjoin_np(t, ret, &deadline) == 0;
 }
 
-Test(fault, a_relief_under_a_file_lock_does_not_wait_for_a_fork, .init = cr_redirect_stderr, .timeout = 60)
+Test(fault, a_fork_waiting_for_stdio_holds_nothing_an_allocation_waits_for, .init = cr_redirect_stderr, .timeout = 60)
 {
 	fake_verbs_install(1);
-	rdmalloc_fill_wait_ns = 300ull * 1000 * 1000; /* the relief's bound */
+	rdmalloc_fill_wait_ns = 2ull * 1000 * 1000 * 1000; /* the relief's bound */
 	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
 	cr_assert(h);
 	relief_file = fopen("/dev/null", "w");
@@ -1256,13 +1266,27 @@ Test(fault, a_relief_under_a_file_lock_does_not_wait_for_a_fork, .init = cr_redi
 	cr_assert_eq(pthread_create(&flusher, NULL, flush_everything, NULL), 0);
 	usleep(300000); /* it holds the list lock, waiting for relief_file */
 	cr_assert_eq(pthread_create(&forker, NULL, fork_and_reap, &forked), 0);
-	/* Said to be coming once the fork holds the outer locks (HEAP), which
-	 * it keeps to its end: it then waits for the list lock. */
-	for (int i = 0; i < 5000 && !rdmalloc_os_threads_fork_coming(); i++)
+	/* The fork holds INIT, then waits for the list lock. */
+	int init_free = 1;
+	for (int i = 0; i < 5000 && (init_free = rdmalloc_lock_try(RDMALLOC_LOCK_INIT)); i++) {
+		rdmalloc_unlock(RDMALLOC_LOCK_INIT);
 		usleep(1000);
-	cr_assert(rdmalloc_os_threads_fork_coming(), "the fork never came (5 s)");
-	usleep(100000);
+	}
+	cr_assert(!init_free, "the fork never took INIT (5 s)");
+	usleep(200000); /* as far as it gets */
 	cr_assert_eq(forked, 0, "the fork returned: fflush(NULL) did not hold the list lock, nothing tested");
+	static const enum rdmalloc_lock_id outer[] = { RDMALLOC_LOCK_HEAP, RDMALLOC_LOCK_PD, RDMALLOC_LOCK_TCACHE };
+	int held = 0;
+	for (unsigned i = 0; i < sizeof(outer) / sizeof(outer[0]); i++) {
+		int tries = 0; /* the fork holds it for good; a tick for an instant */
+		while (!rdmalloc_lock_try(outer[i]) && ++tries < 100)
+			usleep(1000);
+		if (tries < 100)
+			rdmalloc_unlock(outer[i]);
+		else
+			held |= 1 << i;
+	}
+	int coming = rdmalloc_verbs_fork_coming() || rdmalloc_os_threads_fork_coming();
 	double t0 = now_s();
 	atomic_store(&relief_file_go, 1);
 	void *p = NULL, *child_ok = NULL;
@@ -1278,8 +1302,82 @@ Test(fault, a_relief_under_a_file_lock_does_not_wait_for_a_fork, .init = cr_redi
 	cr_assert(joined_within(forker, 20, &child_ok), "fork() did not return");
 	cr_assert(child_ok, "the child did not exit 0");
 	cr_assert_null(p, "the allocation succeeded with every registration refused: nothing tested");
-	cr_assert_geq(took, 0.25, "the relief met no fork (%.3f s): nothing tested", took);
+	cr_assert_eq(held, 0, "waiting for stdio's list lock, the fork held HEAP (%d), PD (%d), TCACHE (%d)",
+		     held & 1, !!(held & 2), !!(held & 4));
+	cr_assert_eq(coming, 0, "waiting for stdio's list lock, the fork already said it was coming");
+	cr_assert_lt(took, 1.0, "the relief waited %.1f s: the fork had stopped the purges", took);
 	rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
 	fclose(relief_file);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
+/* With libibverbs' fork protection and RDMAV_HUGEPAGES_SAFE, each
+ * registration reads /proc/self/smaps with stdio (the opens_files op).
+ * A fork that held stdio's list lock while it waited for a registration
+ * under way made that registration wait for it: the fork gave up its wait
+ * (logged, counted in fallbacks), and a registration inside jemalloc's
+ * growth, whose lock jemalloc's prepare then waits for, hung for good.
+ * There the fork takes the list lock last, after its waits. */
+Test(fault, a_fork_waits_for_a_registration_that_opens_a_file, .init = cr_redirect_stderr, .timeout = 60)
+{
+	setenv("RDMALLOC_RESERVE", "0", 1); /* no fill to register during the fork */
+	fake_verbs_install(1);
+	fake_open_files(1);
+	rdmalloc_fork_wait_ns = 3ull * 1000 * 1000 * 1000;
+	void *warm = rdma_malloc(64); /* RDMA up */
+	cr_assert(warm);
+	struct rdma_malloc_stats s0 = { .version = RDMA_MALLOC_STATS_VERSION, .size = sizeof(s0) }, s1 = s0;
+	cr_assert_eq(rdma_malloc_stats_get(&s0), 0);
+	fake_block_next_reg();
+	struct fake_alloc b;
+	fake_alloc_start(&b, 1 << 20); /* a big block: its chunk's registration, in a section */
+	fake_wait_blocked();
+	double forked = 0;
+	pthread_t forker;
+	cr_assert_eq(pthread_create(&forker, NULL, fork_and_reap, &forked), 0);
+	for (int i = 0; i < 5000 && !rdmalloc_verbs_fork_coming(); i++)
+		usleep(1000);
+	cr_assert(rdmalloc_verbs_fork_coming(), "the fork never waited for the registration (5 s)");
+	double t0 = now_s();
+	fake_release_reg(); /* it opens a FILE on its way out */
+	void *child_ok = NULL;
+	cr_assert(joined_within(forker, 20, &child_ok), "fork() did not return");
+	double took = forked - t0;
+	cr_assert(child_ok, "the child did not exit 0");
+	cr_assert(fake_alloc_join(&b), "the big block was not made");
+	cr_assert_eq(rdma_malloc_stats_get(&s1), 0);
+	cr_assert_eq(s1.fallbacks, s0.fallbacks, "the fork went ahead after %.1f s: the registration waited for "
+		     "stdio's list lock, which the fork held", took);
+	cr_assert_lt(took, 2.0, "the fork took %.1f s after the registration ended", took);
+	fake_open_files(0);
+	rdmalloc_fork_wait_ns = RDMALLOC_FORK_WAIT_NS;
+	rdma_free(b.p);
+	rdma_free(warm);
+}
+
+/* The real backend says its registrations open FILEs when libibverbs was
+ * told RDMAV_HUGEPAGES_SAFE (read as rdmalloc binds it, as libibverbs
+ * reads it once), and only then: the fork then takes the list lock last. */
+static void real_backend_bound(void)
+{
+	rdmalloc_verbs_set_ops(NULL);
+	rdmalloc_verbs_init();
+	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!h)
+		cr_skip_test("libibverbs.so.1 is not installed here");
+	dlclose(h);
+}
+
+Test(fault, registrations_open_files_with_hugepages_safe)
+{
+	setenv("RDMAV_HUGEPAGES_SAFE", "1", 1);
+	real_backend_bound();
+	cr_assert_eq(rdmalloc_verbs_open_files(), 1);
+}
+
+Test(fault, registrations_open_no_file_without_hugepages_safe)
+{
+	unsetenv("RDMAV_HUGEPAGES_SAFE");
+	real_backend_bound();
+	cr_assert_eq(rdmalloc_verbs_open_files(), 0);
 }

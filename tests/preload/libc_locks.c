@@ -33,7 +33,12 @@
  * thread holding a FILE's lock, one in fflush(NULL) waiting for it, a
  * fork, and the first thread's malloc missing its thread cache hung all
  * three for good.  The malloc must return within 20 s, the fork too.
- *   libc_locks textdomain|bindtextdomain|stdio|fork|fork-growth
+ * The same with the API's calls, under the fake drop-in: a thread's first
+ * rdma_malloc (its cache for the heap, made under a lock the fork holds
+ * from its outer prepare) and a big block's chunk (made in a section,
+ * which waits while a fork is coming): the fork must take the list lock
+ * before anything an allocation may wait for.
+ *   libc_locks textdomain|bindtextdomain|stdio|fork|fork-growth|fork-cache|fork-big
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -228,21 +233,31 @@ static int stdio_case(void)
 #define FORK_BLOCK ((size_t)4 << 20)
 static FILE *held_file;
 static atomic_int file_held, go_malloc, fork_returned;
-static int warm; /* the block was allocated and freed before: no growth */
+/* What the holder allocates under the FILE's lock. */
+static enum { FORK_WARM, FORK_GROWTH, FORK_CACHE, FORK_BIG } fork_how;
+static void *(*api_malloc)(size_t);
+static void (*api_free)(void *);
 
 static void *hold_file_then_malloc(void *arg)
 {
 	(void)arg;
-	if (warm)
-		free(malloc(FORK_BLOCK));
+	int api = fork_how == FORK_CACHE || fork_how == FORK_BIG;
+	size_t size = fork_how == FORK_CACHE ? 64 : FORK_BLOCK;
+	if (fork_how == FORK_WARM)
+		free(malloc(FORK_BLOCK)); /* no growth under the lock */
+	if (fork_how == FORK_BIG)
+		api_free(api_malloc(64)); /* this thread's cache made: only the chunk is left */
 	flockfile(held_file);
 	atomic_store(&file_held, 1);
 	while (!atomic_load(&go_malloc))
 		usleep(1000);
-	char *p = malloc(FORK_BLOCK);
+	char *p = api ? api_malloc(size) : malloc(size);
 	if (p)
-		memset(p, 1, FORK_BLOCK);
-	free(p);
+		memset(p, 1, size);
+	if (api)
+		api_free(p);
+	else
+		free(p);
 	funlockfile(held_file);
 	return p ? NULL : "malloc failed";
 }
@@ -290,9 +305,24 @@ static const char *join_within(pthread_t t, int s, const char *who)
 	return err ? strerror(err) : (const char *)res;
 }
 
-static int fork_case(int growth)
+static int fork_case(const char *how)
 {
-	warm = !growth;
+	fork_how = !strcmp(how, "fork-growth") ? FORK_GROWTH : !strcmp(how, "fork-cache") ? FORK_CACHE
+		 : !strcmp(how, "fork-big") ? FORK_BIG : FORK_WARM;
+	if (fork_how == FORK_CACHE || fork_how == FORK_BIG) {
+		api_malloc = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "rdma_malloc");
+		api_free = (void (*)(void *))dlsym(RTLD_DEFAULT, "rdma_free");
+		if (!api_malloc || !api_free) {
+			printf("FAIL: not under the drop-in (no rdma_malloc)\n");
+			return 1;
+		}
+		void *p = api_malloc(64); /* the API's initialisation, not under the lock */
+		if (!p) {
+			printf("FAIL: rdma_malloc: %s\n", strerror(errno));
+			return 1;
+		}
+		api_free(p);
+	}
 	held_file = fopen("/dev/null", "w");
 	if (!held_file) {
 		printf("FAIL: fopen /dev/null\n");
@@ -331,8 +361,9 @@ static int fork_case(int growth)
 		return 1;
 	}
 	fclose(held_file);
-	printf("ok: a malloc %sunder a FILE's lock, fflush(NULL) and fork() at once all returned\n",
-	       growth ? "that grows the heap " : "");
+	static const char *const what[] = { "a malloc", "a malloc that grows the heap",
+					    "a thread's first rdma_malloc", "an rdma_malloc of a big block" };
+	printf("ok: %s under a FILE's lock, fflush(NULL) and fork() at once all returned\n", what[fork_how]);
 	return 0;
 }
 
@@ -340,10 +371,12 @@ int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "stdio"))
 		return stdio_case();
-	if (argc == 2 && !strncmp(argv[1], "fork", 4) && (!argv[1][4] || !strcmp(argv[1], "fork-growth")))
-		return fork_case(argv[1][4] != 0);
+	if (argc == 2 && (!strcmp(argv[1], "fork") || !strcmp(argv[1], "fork-growth") ||
+			  !strcmp(argv[1], "fork-cache") || !strcmp(argv[1], "fork-big")))
+		return fork_case(argv[1]);
 	if (argc != 2 || (strcmp(argv[1], "textdomain") && strcmp(argv[1], "bindtextdomain"))) {
-		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain|stdio|fork|fork-growth\n");
+		fprintf(stderr, "usage: libc_locks textdomain|bindtextdomain|stdio|fork|fork-growth|fork-cache|"
+			"fork-big\n");
 		return 2;
 	}
 	return one_case(argv[1][0] == 'b');

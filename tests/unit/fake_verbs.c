@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -308,11 +309,35 @@ unsigned fake_calls_under_way(void)
 	return atomic_load(&under_way);
 }
 
+/* As libibverbs' fork protection with RDMAV_HUGEPAGES_SAFE: each call
+ * reads /proc/self/smaps with stdio (fake_open_files). */
+static atomic_int opens_files;
+
+void fake_open_files(int on)
+{
+	atomic_store(&opens_files, on);
+}
+
+static int fake_opens_files(void)
+{
+	return atomic_load(&opens_files);
+}
+
+static void open_a_file(void)
+{
+	if (atomic_load(&opens_files)) {
+		FILE *f = fopen("/dev/null", "r");
+		if (f)
+			fclose(f);
+	}
+}
+
 static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
 	atomic_fetch_add(&under_way, 1);
 	struct ibv_mr *mr = fake_reg_body(pd, addr, len, access);
 	int err = errno;
+	open_a_file();
 	atomic_fetch_sub(&under_way, 1);
 	errno = err;
 	return mr;
@@ -324,6 +349,7 @@ static int fake_dereg(struct ibv_mr *mr)
 {
 	atomic_fetch_add(&under_way, 1);
 	int err = fake_dereg_body(mr);
+	open_a_file();
 	atomic_fetch_sub(&under_way, 1);
 	return err;
 }
@@ -588,6 +614,7 @@ static struct rdmalloc_verbs_ops fake_ops = {
 	.local_inv = fake_local_inv,
 	.query_odp = fake_query_odp,
 	.advise_mr = fake_advise_mr,
+	.opens_files = fake_opens_files,
 };
 
 void fake_verbs_install(int with_device)

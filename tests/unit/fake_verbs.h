@@ -130,5 +130,9 @@ struct fake_advice fake_last_advice(void);
 
 /* Leave out the memory-window ops (a device without windows). */
 void fake_without_mw(int on);
+/* Make every registration and deregistration open a FILE, and say so
+ * (the opens_files op), as libibverbs' fork protection does with
+ * RDMAV_HUGEPAGES_SAFE. */
+void fake_open_files(int on);
 
 #endif
