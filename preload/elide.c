@@ -653,8 +653,9 @@ static void mirror(struct elided *e)
  * struct ibv_mr for the program, real keys), whose later re-registrations
  * and deregistration go to libibverbs.  Returns as libibverbs does:
  * IBV_REREG_MR_ERR_INPUT (errno EINVAL) for what it refuses too, and
- * IBV_REREG_MR_ERR_CMD with the errno of the failed registration, the
- * region then left as it was.
+ * IBV_REREG_MR_ERR_CMD with the errno of the failed registration, or
+ * EINVAL for no flags (the kernel's answer), the region then left as it
+ * was.
  */
 PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
 			     int access)
@@ -675,6 +676,10 @@ PRELOAD_API int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, vo
 		int ret = NEXT(rereg_mr, "IBVERBS_1.1")(e->backing, flags, pd, addr, length, access);
 		mirror(e);
 		return ret;
+	}
+	if (!flags) { /* libibverbs passes it on; the kernel refuses it, the region untouched */
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
 	}
 	struct ibv_pd *new_pd = flags & IBV_REREG_MR_CHANGE_PD ? pd : e->mr.pd;
 	void *new_addr = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? addr : e->mr.addr;

@@ -148,6 +148,12 @@ static void case_rereg(void)
 	CHECK(r == IBV_REREG_MR_ERR_INPUT && errno == EINVAL && elided(mr, b),
 	      "access without CHANGE_ACCESS: IBV_REREG_MR_ERR_INPUT, EINVAL (%d, %s), region intact", r,
 	      strerror(errno));
+	/* Nothing to change: libibverbs hands it to the kernel, which refuses
+	 * it before touching the region (EINVAL, ib_uverbs_rereg_mr). */
+	errno = 0;
+	r = ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0);
+	CHECK(r == IBV_REREG_MR_ERR_CMD && errno == EINVAL && elided(mr, b) && passed_live() == 0,
+	      "no flags: IBV_REREG_MR_ERR_CMD, EINVAL as the kernel's (%d, %s), region intact", r, strerror(errno));
 
 	/* Not elidable, and libibverbs refuses too: the region stays as it was. */
 	struct ibv_pd *refuses = new_pd();
