@@ -41,7 +41,7 @@ static struct {
 	int (*dereg_mr)(struct ibv_mr *mr);
 	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access);
 } lib;
-static int lib_opens_files; /* real_opens_files */
+static int lib_opens_files; /* set when the table is bound: real_opens_files */
 static char lib_why[128]; /* why libibverbs is not bound */
 
 void *rdmalloc_verbs_real(const char *name, const char *version)
@@ -283,7 +283,7 @@ static int real_advise_mr(struct ibv_pd *pd, int advice, uint32_t flags, void *a
  * as libibverbs read it, when we bound it (it reads it once). */
 static int real_opens_files(void)
 {
-	return lib.reg_mr_iova2 && lib_opens_files;
+	return lib_opens_files;
 }
 
 /* The real table: a macro, so that the active table can start as a copy. */

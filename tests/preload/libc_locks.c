@@ -235,13 +235,13 @@ static FILE *held_file;
 static atomic_int file_held, go_malloc, fork_returned;
 /* What the holder allocates under the FILE's lock. */
 static enum { FORK_WARM, FORK_GROWTH, FORK_CACHE, FORK_BIG } fork_how;
-static void *(*api_malloc)(size_t);
+static void *(*api_malloc)(size_t); /* set for the API's cases only */
 static void (*api_free)(void *);
 
 static void *hold_file_then_malloc(void *arg)
 {
 	(void)arg;
-	int api = fork_how == FORK_CACHE || fork_how == FORK_BIG;
+	int api = api_malloc != NULL; /* fork-cache, fork-big */
 	size_t size = fork_how == FORK_CACHE ? 64 : FORK_BLOCK;
 	if (fork_how == FORK_WARM)
 		free(malloc(FORK_BLOCK)); /* no growth under the lock */
