@@ -661,7 +661,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(pinned_bytes, gauge, "bytes of chunks held for registration, counted once whatever the PDs (none attached yet included): the rdma_* heaps' and an eager drop-in's from creation, the drop-in's on first use while registered; what RDMALLOC_MAX_REGISTERED limits") \
 	X(peak_pinned_bytes, gauge, "the most pinned_bytes so far")               \
 	X(peak_chunk_bytes, gauge, "the most chunk_bytes so far")                 \
-	X(peak_live_bytes, gauge, "the most live_bytes seen when the stats were read (sampled: at least the peak's lower bound)") \
+	X(peak_live_bytes, gauge, "the most live_bytes seen: sampled at each read and each decay tick (a lower bound of the peak)") \
 	X(big_blocks, gauge, "blocks of RDMALLOC_BIG_BLOCK bytes or more in use, each a chunk of its own") \
 	X(big_bytes, gauge, "bytes of the chunks of big blocks in use")          \
 	X(big_cached_bytes, gauge, "bytes of freed big blocks' chunks kept for reuse, registrations included, until their decay time") \

@@ -836,6 +836,9 @@ static uint64_t heaps_tick(void)
 		purge_end(h);
 	}
 	rdmalloc_heap_flush_idle_caches(now ? now : rdmalloc_now_ns());
+	/* The peak of live bytes, between the program's reads of the stats
+	 * too: a program whose stats are read at exit has freed most. */
+	STAT_MAX(peak_live_bytes, rdmalloc_heap_live_bytes());
 	if (shortest < 0)
 		return 0;
 	uint64_t period = (uint64_t)shortest * 100000u; /* a tenth, in ns */

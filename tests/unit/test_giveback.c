@@ -282,6 +282,30 @@ Test(giveback, idle_program_gives_back_without_a_reserve, .init = setup_no_reser
 	cr_assert(st.reserve_hits == 0 && st.inline_chunks > 0, "RDMALLOC_RESERVE=0 did not hold");
 }
 
+/* peak_live_bytes while the program is quiet: before, live was read only
+ * when the stats were (at exit, most is freed), and 64 MiB live for a
+ * second showed as a peak of what was left at the end. */
+Test(giveback, peak_live_is_seen_between_stats_reads)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
+	cr_assert(h);
+	enum { N = 64 };
+	void *b[N];
+	for (int i = 0; i < N; i++) {
+		b[i] = rdma_heap_malloc(h, MiB);
+		cr_assert(b[i]);
+		memset(b[i], 0x5a, 4096);
+	}
+	sleep_ms(1000); /* no call into the library: the decay ticks (every 100 ms) */
+	for (int i = 0; i < N; i++)
+		rdma_free(b[i]);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_geq(st.peak_live_bytes, N * MiB, "peak_live_bytes %llu, with %zu MiB live for 1 s",
+		      (unsigned long long)st.peak_live_bytes, (size_t)N);
+	cr_assert_lt(st.live_bytes, N * MiB);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
 /* A thread that goes quiet after a burst: the blocks its cache holds kept
  * one chunk each registered (jemalloc collects a cache only while its
  * thread allocates).  The tick flushes a cache idle for the decay time. */
