@@ -813,9 +813,9 @@ void rdmalloc_heap_fork_parent(void)
  * The background thread's tick (reserve.h): jemalloc's time-based decay of
  * every heap whose idle memory goes back (but one a trim works on, which
  * gives back all), then its big blocks kept past the decay time, then the
- * thread caches idle for the decay time.  The next tick in a tenth of the
- * shortest decay time, at least 100 ms and at most 1 s apart; 0 when no
- * heap decays.
+ * thread caches idle for the decay time, then a sample of the live bytes'
+ * peak.  The next tick in a tenth of the shortest decay time, at least
+ * 100 ms and at most 1 s apart; 0 when no heap decays.
  */
 static uint64_t heaps_tick(void)
 {
