@@ -42,6 +42,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libintl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,6 +51,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -233,6 +235,7 @@ static int stdio_case(void)
 #define FORK_BLOCK ((size_t)4 << 20)
 static FILE *held_file;
 static atomic_int file_held, go_malloc, fork_returned;
+static atomic_int flusher_tid, forker_tid;
 /* What the holder allocates under the FILE's lock. */
 static enum { FORK_WARM, FORK_GROWTH, FORK_CACHE, FORK_BIG } fork_how;
 static void *(*api_malloc)(size_t); /* set for the API's cases only */
@@ -265,6 +268,7 @@ static void *hold_file_then_malloc(void *arg)
 static void *flush_all(void *arg)
 {
 	(void)arg;
+	atomic_store(&flusher_tid, (int)syscall(SYS_gettid));
 	fflush(NULL); /* the list lock, then each FILE's: waits for held_file */
 	return NULL;
 }
@@ -272,6 +276,7 @@ static void *flush_all(void *arg)
 static void *fork_and_reap(void *arg)
 {
 	(void)arg;
+	atomic_store(&forker_tid, (int)syscall(SYS_gettid));
 	pid_t pid = fork();
 	if (pid == 0)
 		_exit(0);
@@ -282,6 +287,38 @@ static void *fork_and_reap(void *arg)
 	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
 		return "the child did not exit 0";
 	return NULL;
+}
+
+/* Whether thread @tid of this process sleeps in futex(2): glibc's locks
+ * (stdio's list lock and a FILE's) wait there.  Read with open/read: stdio
+ * would take the list lock, which the flusher holds. */
+static int in_futex(int tid)
+{
+	char path[64], buf[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return strtol(buf, NULL, 10) == SYS_futex && strncmp(buf, "running", 7);
+}
+
+/* Until the thread whose id @tid gets sleeps in futex(2), 0; 10 s at
+ * most (-1): a fixed sleep let a loaded machine run the case before the
+ * threads were where it needs them, and pass with nothing tested. */
+static int until_in_futex(atomic_int *tid)
+{
+	for (int i = 0; i < 10000; i++) {
+		int t = atomic_load(tid);
+		if (t && in_futex(t))
+			return 0;
+		usleep(1000);
+	}
+	return -1;
 }
 
 /* Join @t within @s seconds: NULL, or why not.  On a hang, said with
@@ -339,12 +376,22 @@ static int fork_case(const char *how)
 		printf("FAIL: pthread_create\n");
 		return 1;
 	}
-	usleep(200000); /* it holds the list lock and waits for held_file */
+	if (until_in_futex(&flusher_tid)) { /* it holds the list lock and waits for held_file */
+		printf("FAIL: fflush(NULL) did not wait for the held FILE within 10 s\n");
+		atomic_store(&go_malloc, 1);
+		return 1;
+	}
 	if (pthread_create(&forker, NULL, fork_and_reap, NULL)) {
 		printf("FAIL: pthread_create\n");
 		return 1;
 	}
-	usleep(300000); /* the fork handlers have run, up to the list lock */
+	/* The fork handlers have run, up to the list lock. */
+	if (until_in_futex(&forker_tid) && !atomic_load(&fork_returned)) {
+		printf("FAIL: fork() did not wait within 10 s\n");
+		atomic_store(&go_malloc, 1);
+		return 1;
+	}
+	usleep(20000); /* settled in that wait */
 	if (atomic_load(&fork_returned)) { /* fflush(NULL) did not hold the list lock yet */
 		printf("FAIL: the fork returned before the malloc: nothing tested\n");
 		atomic_store(&go_malloc, 1);
