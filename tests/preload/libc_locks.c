@@ -304,12 +304,13 @@ static int in_futex(int tid)
 	if (n <= 0)
 		return 0;
 	buf[n] = 0;
-	return strtol(buf, NULL, 10) == SYS_futex && strncmp(buf, "running", 7);
+	return strtol(buf, NULL, 10) == SYS_futex; /* "running" reads as 0 */
 }
 
-/* Until the thread whose id @tid gets sleeps in futex(2), 0; 10 s at
- * most (-1): a fixed sleep let a loaded machine run the case before the
- * threads were where it needs them, and pass with nothing tested. */
+/* Wait until the thread whose id *@tid holds (0 until it starts) sleeps in
+ * futex(2): 0, or -1 after 10 s.  A fixed sleep let a loaded machine run
+ * the case before the threads were where it needs them, and pass with
+ * nothing tested. */
 static int until_in_futex(atomic_int *tid)
 {
 	for (int i = 0; i < 10000; i++) {
