@@ -113,7 +113,7 @@ static inline void bench_progress(const char *prog, const char *fmt, ...)
 	fflush(stderr);
 }
 
-static inline void bench_die(const char *prog, const char *fmt, ...)
+__attribute__((noreturn, format(printf, 2, 3))) static inline void bench_die(const char *prog, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);

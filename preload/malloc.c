@@ -83,8 +83,9 @@ union tl_word {
 	struct rdmalloc_tl_state st;
 	uint64_t word;
 };
-static const union tl_word bound_word = { .st = { .in_verbs = 0, .bound = 1 } };
-static union tl_word fast_word = bound_word;
+#define BOUND_WORD { .st = { .in_verbs = 0, .bound = 1 } }
+static const union tl_word bound_word = BOUND_WORD;
+static union tl_word fast_word = BOUND_WORD;
 
 struct rdmalloc_heap *rdmalloc_preload_heap(void)
 {
@@ -535,13 +536,13 @@ PRELOAD_API int malloc_trim(size_t pad)
 	       atomic_load_explicit(&rdmalloc_counters.discarded_bytes, memory_order_relaxed) != discarded;
 }
 
-void *rdmalloc_preload_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
-void *rdmalloc_preload_aligned_alloc(size_t, size_t) __attribute__((alias("aligned_alloc"), copy(aligned_alloc)));
-void rdmalloc_preload_free(void *) __attribute__((alias("free"), copy(free)));
-PRELOAD_API void *__libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
-PRELOAD_API void *__libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
-PRELOAD_API void *__libc_realloc(void *, size_t) __attribute__((alias("realloc"), copy(realloc)));
-PRELOAD_API void __libc_free(void *) __attribute__((alias("free"), copy(free)));
-PRELOAD_API void *__libc_memalign(size_t, size_t) __attribute__((alias("memalign"), copy(memalign)));
-PRELOAD_API void *__libc_valloc(size_t) __attribute__((alias("valloc"), copy(valloc)));
-PRELOAD_API void *__libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));
+void *rdmalloc_preload_malloc(size_t) RDMALLOC_ALIAS(malloc);
+void *rdmalloc_preload_aligned_alloc(size_t, size_t) RDMALLOC_ALIAS(aligned_alloc);
+void rdmalloc_preload_free(void *) RDMALLOC_ALIAS(free);
+PRELOAD_API void *__libc_malloc(size_t) RDMALLOC_ALIAS(malloc);
+PRELOAD_API void *__libc_calloc(size_t, size_t) RDMALLOC_ALIAS(calloc);
+PRELOAD_API void *__libc_realloc(void *, size_t) RDMALLOC_ALIAS(realloc);
+PRELOAD_API void __libc_free(void *) RDMALLOC_ALIAS(free);
+PRELOAD_API void *__libc_memalign(size_t, size_t) RDMALLOC_ALIAS(memalign);
+PRELOAD_API void *__libc_valloc(size_t) RDMALLOC_ALIAS(valloc);
+PRELOAD_API void *__libc_pvalloc(size_t) RDMALLOC_ALIAS(pvalloc);

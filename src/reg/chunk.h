@@ -174,7 +174,7 @@ struct rdmalloc_chunk {
 	 * chunks jemalloc uses of a heap that gives memory back: no block
 	 * lies there (rdmalloc_chunk_idle_at).  Written under the chunk lock,
 	 * read without it.  idle_inline for chunks of up to a granule. */
-	_Atomic(uint64_t) *idle_pages;
+	_Atomic(_Atomic(uint64_t) *) idle_pages;
 	_Atomic(uint64_t) idle_inline[RDMALLOC_GRANULE / RDMALLOC_IDLE_PAGE / 64];
 	/* The heap layer's, for a big chunk (heap/big.c, under its lock): */
 	struct rdmalloc_chunk *owner_next, *owner_prev;

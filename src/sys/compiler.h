@@ -19,6 +19,14 @@
  * needs static TLS because of jemalloc (see doc/design.md). */
 #define RDMALLOC_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
+/* Another name for function @f, with @f's attributes (gcc's copy, without
+ * which gcc warns that malloc's are missing; clang has none to copy). */
+#ifdef __clang__
+#define RDMALLOC_ALIAS(f) __attribute__((alias(#f)))
+#else
+#define RDMALLOC_ALIAS(f) __attribute__((alias(#f), copy(f)))
+#endif
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static inline int is_pow2(size_t x)

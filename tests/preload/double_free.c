@@ -31,6 +31,9 @@
 #include "in_child.h"
 
 /* The defects are the point: gcc 12 sees some of them. */
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
+#endif
 #pragma GCC diagnostic ignored "-Wpragmas"
 #pragma GCC diagnostic ignored "-Wuse-after-free"
 

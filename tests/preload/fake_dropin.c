@@ -53,8 +53,9 @@ static struct ibv_mr *passed_reg_iova2(struct ibv_pd *pd, void *addr, size_t len
 		errno = ENOMEM;
 		return NULL;
 	}
+	uint32_t lkey = passed_keys++, rkey = passed_keys++;
 	*mr = (struct ibv_mr){ .pd = pd, .addr = addr, .length = length, .handle = (uint32_t)i,
-			       .lkey = passed_keys++, .rkey = passed_keys++ };
+			       .lkey = lkey, .rkey = rkey };
 	passed[i] = mr;
 	pthread_mutex_unlock(&passed_mu);
 	return mr;
@@ -163,7 +164,9 @@ unsigned long fake_dropin_deallocs(void)
 }
 
 /* 100 is below every priority a program may use, and above none we need. */
+#ifndef __clang__ /* gcc's warning */
 #pragma GCC diagnostic ignored "-Wprio-ctor-dtor"
+#endif
 __attribute__((constructor(100))) static void fake_dropin_init(void)
 {
 	fake_verbs_install(1);
