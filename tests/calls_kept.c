@@ -5,9 +5,9 @@
  * (free(malloc(n)) compiles to nothing) and clang assumes aligned_alloc
  * leaves errno alone; g++ and clang++ drop a new expression's block the
  * same way.  A test whose warm-up malloc or whose bad call is compiled
- * away passes without testing anything, so the project builds with
- * -fno-builtin-<each> and C++'s equivalents (meson.build); this program
- * fails without them.
+ * away passes without testing anything, so every test target is built
+ * with test_c_args/test_cpp_args (meson.build: -fno-builtin-<each> and
+ * C++'s equivalents); this program fails without them.
  *
  * The calls are counted by this program's own definitions (calls_count.c),
  * which glibc's dynamic linker gives precedence to.
