@@ -227,15 +227,17 @@ static inline void errand(void)
  * inner fork handler must be registered before jemalloc's (fork.c). */
 static __attribute__((noinline)) void *alloc_any(size_t size, size_t align, int zero)
 {
+	int saved = errno; /* binding, the errand and a relief may set it */
 	rdmalloc_fork_register_inner();
-	if (rdmalloc_tl_in_verbs || !ready_thread())
+	if (rdmalloc_tl_in_verbs || !ready_thread()) {
+		errno = saved;
 		return rdmalloc_nest_alloc(size ? size : 1, align, zero);
+	}
 	errand();
 	void *p;
 	RDMALLOC_RELIEVED(p, rdmalloc_mallocx(size ? size : 1,
 					      (align ? RDMALLOC_ALIGN(align) : 0) | (zero ? RDMALLOC_ZERO : 0)));
-	if (!p)
-		errno = ENOMEM;
+	errno = p ? saved : ENOMEM;
 	return check_free ? rdmalloc_freed_clear(p) : p;
 }
 

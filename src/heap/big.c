@@ -251,7 +251,9 @@ void rdmalloc_big_free(struct rdmalloc_chunk *c, const void *p, const char *who)
 	STAT_SUB(big_blocks, 1);
 	STAT_SUB(big_bytes, size);
 	STAT_ADD(big_cached_bytes, size);
+	int saved = errno; /* free() leaves it alone; deregistering may not */
 	release(out, now);
+	errno = saved;
 }
 
 void rdmalloc_big_check_live(const struct rdmalloc_chunk *c, const void *p, const char *who)

@@ -34,6 +34,8 @@
  */
 #include "hooks.h"
 
+#include <errno.h>
+
 #include "addrmap.h"
 #include "chunk.h"
 #include "counters.h"
@@ -43,12 +45,16 @@
 #include "tls.h"
 
 /* Everything a hook calls that may allocate (libibverbs, libc) runs
- * marked as inside a hook (see above). */
+ * marked as inside a hook (see above), and leaves errno as it was: the
+ * hook runs inside a malloc that may succeed (jemalloc sets ENOMEM itself
+ * when it fails), and no caller learns anything from our errno. */
 #define IN_HOOK(stmt)                                            \
 	do {                                                     \
+		int in_hook_errno_ = errno;                      \
 		rdmalloc_tl_in_verbs += RDMALLOC_TL_IN_HOOK;     \
 		stmt;                                            \
 		rdmalloc_tl_in_verbs -= RDMALLOC_TL_IN_HOOK;     \
+		errno = in_hook_errno_;                          \
 	} while (0)
 
 static void *hook_alloc(extent_hooks_t *self, void *new_addr, size_t size, size_t alignment,

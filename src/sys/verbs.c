@@ -528,7 +528,7 @@ unsigned rdmalloc_verbs_parked(void)
 
 struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsigned int access)
 {
-	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len), cancel;
+	int ferr = rdmalloc_fault_hit(RDMALLOC_FAULT_REG, addr, len), cancel, saved = errno;
 	enter(&cancel);
 	uint64_t t0 = rdmalloc_now_ns(); /* after any wait for a fork */
 	errno = 0;
@@ -541,6 +541,7 @@ struct ibv_mr *rdmalloc_reg_mr(struct ibv_pd *pd, void *addr, size_t len, unsign
 		STAT_INC(registration_failures);
 		return NULL;
 	}
+	errno = saved; /* whatever the provider left there on success */
 	STAT_INC(registrations);
 	STAT_INC(mrs);
 	STAT_ADD(registered_bytes, region_bytes(addr, len));
@@ -551,11 +552,12 @@ int rdmalloc_dereg_mr(struct ibv_mr *mr)
 {
 	size_t len = mr->length, bytes = region_bytes(mr->addr, len); /* mr is gone after */
 	int err = rdmalloc_fault_hit(RDMALLOC_FAULT_DEREG, mr->addr, len);
-	int cancel;
+	int cancel, saved = errno; /* the failure is the value returned */
 	enter(&cancel);
 	if (!err)
 		err = ops->dereg_mr(mr);
 	leave(cancel);
+	errno = saved;
 	if (err) {
 		STAT_INC(deregistration_failures);
 		rdmalloc_log(RDMALLOC_LOG_ERROR, "ibv_dereg_mr of %zu bytes failed: %s; the pages stay pinned",
@@ -591,8 +593,8 @@ int rdmalloc_rereg_access(struct ibv_mr *mr, unsigned int access, int *broken)
 
 struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 {
+	int cancel, saved = errno;
 	errno = 0;
-	int cancel;
 	enter(&cancel);
 	struct ibv_mw *mw = ops->alloc_mw(pd, type);
 	leave(cancel);
@@ -601,6 +603,7 @@ struct ibv_mw *rdmalloc_alloc_mw(struct ibv_pd *pd, int type)
 			errno = ENOMEM;
 		return NULL;
 	}
+	errno = saved;
 	STAT_INC(mws);
 	return mw;
 }

@@ -339,7 +339,9 @@ static struct ibv_mr *fake_reg(struct ibv_pd *pd, void *addr, size_t len, unsign
 	int err = errno;
 	open_a_file();
 	atomic_fetch_sub(&under_way, 1);
-	errno = err;
+	/* A provider may leave errno set when it succeeds (libibverbs probes
+	 * files, ioctls are retried): the library must not pass that on. */
+	errno = mr ? EILSEQ : err;
 	return mr;
 }
 
@@ -351,6 +353,7 @@ static int fake_dereg(struct ibv_mr *mr)
 	int err = fake_dereg_body(mr);
 	open_a_file();
 	atomic_fetch_sub(&under_way, 1);
+	errno = EILSEQ; /* whatever the outcome (fake_reg) */
 	return err;
 }
 
