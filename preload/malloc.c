@@ -198,12 +198,6 @@ static inline int fast_checked(void)
 	return tl_word() == bound_word.word;
 }
 
-/* Bound and not inside a verbs call: jemalloc's automatic calls serve it. */
-static inline int bound_here(void)
-{
-	return tl_bound > 0 && !rdmalloc_tl_in_verbs;
-}
-
 static inline int ready_thread(void)
 {
 	return fast() || bind_thread();
@@ -409,7 +403,6 @@ PRELOAD_API void *realloc(void *p, size_t size)
 	}
 	if (rdmalloc_tl_in_verbs || rdmalloc_nest_owns(p))
 		return realloc_moving(p, size);
-	errand();
 	struct rdmalloc_chunk *c = preload_memory(p) ? NULL : rdmalloc_addrmap_lookup(p);
 	if (!preload_memory(p) && !c)
 		not_ours("realloc", p);
@@ -417,17 +410,23 @@ PRELOAD_API void *realloc(void *p, size_t size)
 		return rdmalloc_api_realloc(c->heap, p, c, size); /* an rdma_* heap: stay in it */
 	if (check_free)
 		rdmalloc_freed_check(p, "realloc"); /* a moved block gets p's first bytes, not a key */
-	if (tl_bound == RDMALLOC_TL_ENDED) /* jemalloc would make any new block in arena 0 now */
+	int saved = errno; /* binding, the errand and a relief may set it */
+	/* Bound first, as malloc binds: a thread that has only freed so far
+	 * may be one jemalloc has cleaned up (RDMALLOC_TL_ENDED), whose every
+	 * new block jemalloc would make in its arena 0, whatever the flags. */
+	int bound = ready_thread(), unbound_flags = RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE;
+	if (tl_bound == RDMALLOC_TL_ENDED) {
+		errno = saved;
 		return realloc_moving(p, size);
+	}
+	errand();
 	void *q;
-	int bound = bound_here(), unbound_flags = RDMALLOC_ARENA(parena) | RDMALLOC_TCACHE_NONE;
 	/* With RDMALLOC_CHECK_FREE, p is marked if it moves (freed.h). */
 	RDMALLOC_RELIEVED(q, check_free ? rdmalloc_freed_realloc(p, size, bound ? 0 : unbound_flags,
 								 bound ? 0 : RDMALLOC_TCACHE_NONE, "realloc")
 			     : likely(bound) ? rdmalloc_auto_realloc(p, size) /* sets no errno */
 					     : rdmalloc_rallocx(p, size, unbound_flags));
-	if (!q)
-		errno = ENOMEM;
+	errno = q ? saved : ENOMEM;
 	return q;
 }
 

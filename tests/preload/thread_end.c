@@ -15,6 +15,10 @@
  *              marks a thread ended comes before jemalloc's, whatever ran
  *              first at start-up (at 3e40003 the drop-in's constructor
  *              started jemalloc before the key was made)
+ *   free-only-realloc  free-only threads whose first allocation call, in
+ *              the destructor, is a realloc of the main thread's block
+ *              (at a489e41, with RDMALLOC_CHECK_FREE=1, the new block was
+ *              jemalloc's arena 0's, and its free aborted)
  *   rdma       (under the fake drop-in: a device) bound threads whose
  *              destructor also calls rdma_malloc: a big block of a page,
  *              with keys (at 65045a0, jemalloc's arena 0: no keys)
@@ -35,9 +39,17 @@ static size_t (*usable)(const void *);
 static int (*keys)(const void *, size_t, void *, unsigned *, unsigned *);
 static void (*rfree)(void *);
 static void *given; /* a block of the main thread's, freed by a free-only thread */
+static char *moved; /* one of the main thread's, reallocated first (free-only-realloc) */
 
 static void destructor(void *v)
 {
+	if (moved) { /* the thread's first allocation call */
+		char *m = realloc(moved, 100000);
+		if (!m || m[63] != 0x3c)
+			abort();
+		free(m);
+		moved = NULL;
+	}
 	char *p = malloc(100);
 	if (!p)
 		abort();
@@ -93,6 +105,7 @@ int main(int argc, char **argv)
 		return !ok;
 	}
 	rdma = !strcmp(how, "rdma");
+	int realloc_first = !strcmp(how, "free-only-realloc");
 	if (rdma) {
 		rmalloc = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "rdma_malloc");
 		usable = (size_t(*)(const void *))dlsym(RTLD_DEFAULT, "rdma_malloc_usable_size");
@@ -106,7 +119,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 8; i++) {
 		pthread_t t;
 		given = malloc(64);
-		if (pthread_create(&t, NULL, strcmp(how, "free-only") ? bound : free_only, NULL))
+		if (realloc_first && (moved = malloc(64)))
+			memset(moved, 0x3c, 64);
+		if (pthread_create(&t, NULL, strncmp(how, "free-only", 9) ? bound : free_only, NULL))
 			return 2;
 		pthread_join(t, NULL);
 	}
