@@ -96,6 +96,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 {
 	rdmalloc_addrmap_auto_give(auto_map);
 	rdmalloc_init_core();
+	rdmalloc_preload_cxx_init();
 	check_free = rdmalloc_opts.check_free;
 	thread_cache = rdmalloc_preload_thread_cache_wanted();
 	if (check_free) /* before any thread is bound (ready) */

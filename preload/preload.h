@@ -38,6 +38,13 @@ PRELOAD_NOTHROW void rdmalloc_preload_free(void *p);
  * (operator new's size), which spares jemalloc its lookup of the size. */
 PRELOAD_NOTHROW void rdmalloc_preload_free_sized(void *p, size_t size);
 
+/* Find out whether the program replaced a basic form of operator new or
+ * delete, which the other forms then call (new.cc): at start, while the
+ * process has one thread, so that no later operator call looks symbols up
+ * (dlsym waits for the dynamic linker's lock, which a thread in dlopen
+ * holds while it runs constructors). */
+void rdmalloc_preload_cxx_init(void);
+
 /*
  * What elide.c's wrappers of libibverbs hand on to: libibverbs' own
  * functions, found by name and version on first use.  The fake drop-in of
