@@ -37,6 +37,7 @@
 #include "log.h"
 #include "os.h"
 #include "counters.h"
+#include "nocancel.h"
 
 #define SZ_2M ((size_t)2 << 20)
 #define SZ_1G ((size_t)1 << 30)
@@ -79,12 +80,14 @@ static int thp_available(void)
 	if (v >= 0)
 		return v;
 	char buf[128] = "";
+	int cancel = rdmalloc_cancel_off();
 	int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		ssize_t n = read(fd, buf, sizeof(buf) - 1);
 		buf[n > 0 ? n : 0] = '\0';
 		close(fd);
 	}
+	rdmalloc_cancel_on(cancel);
 	v = buf[0] && !strstr(buf, "[never]");
 	atomic_store_explicit(&cached, v, memory_order_relaxed);
 	return v;

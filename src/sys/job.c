@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "nocancel.h"
 
 int rdmalloc_job_has(const char *list, const char *key)
 {
@@ -30,11 +31,12 @@ int rdmalloc_job_has(const char *list, const char *key)
 static int single_threaded(void)
 {
 	char buf[1024];
+	int cancel = rdmalloc_cancel_off();
 	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		close(fd);
+	rdmalloc_cancel_on(cancel);
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "nocancel.h"
 
 static struct {
 	pthread_mutex_t mutex;
@@ -72,14 +73,18 @@ void rdmalloc_unlock(enum rdmalloc_lock_id id)
 
 void rdmalloc_lock_wait(enum rdmalloc_lock_id id)
 {
+	int cancel = rdmalloc_cancel_off();
 	pthread_cond_wait(&locks[id].cond, &locks[id].mutex);
+	rdmalloc_cancel_on(cancel);
 }
 
 void rdmalloc_lock_wait_until(enum rdmalloc_lock_id id, uint64_t deadline_ns)
 {
 	struct timespec ts = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
 			       .tv_nsec = (long)(deadline_ns % 1000000000u) };
+	int cancel = rdmalloc_cancel_off();
 	pthread_cond_clockwait(&locks[id].cond, &locks[id].mutex, CLOCK_MONOTONIC, &ts);
+	rdmalloc_cancel_on(cancel);
 }
 
 void rdmalloc_lock_broadcast(enum rdmalloc_lock_id id)

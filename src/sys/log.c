@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "sigpipe.h"
+#include "nocancel.h"
 
 static atomic_int log_level = RDMALLOC_LOG_WARN;
 
@@ -55,7 +56,9 @@ static void vlog(int level, const char *fmt, va_list ap)
 	int saved = errno;
 	struct rdmalloc_sigpipe_hold h;
 	rdmalloc_sigpipe_hold(&h);
+	int cancel = rdmalloc_cancel_off();
 	ssize_t w = write(STDERR_FILENO, buf, len);
+	rdmalloc_cancel_on(cancel);
 	rdmalloc_sigpipe_release(&h, w < 0 && errno == EPIPE);
 	errno = saved;
 }

@@ -24,6 +24,7 @@
 #include "lock.h"
 #include "log.h"
 #include "maptrack.h"
+#include "nocancel.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
@@ -154,9 +155,12 @@ int rdmalloc_os_populate(void *p, size_t len)
 
 int rdmalloc_os_read_status(const char *path, unsigned long long *cap, unsigned long long *pin_kb)
 {
+	int cancel = rdmalloc_cancel_off();
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		rdmalloc_cancel_on(cancel);
 		return -1;
+	}
 	/* Line by line through a small buffer: a line longer than it (the
 	 * Groups of a user in hundreds of groups) is skipped, never cut, so
 	 * that the lines after it are still read whole. */
@@ -194,6 +198,7 @@ int rdmalloc_os_read_status(const char *path, unsigned long long *cap, unsigned 
 		have = rest;
 	}
 	close(fd);
+	rdmalloc_cancel_on(cancel);
 	return seen ? 0 : -1;
 }
 
@@ -447,7 +452,9 @@ uint64_t rdmalloc_now_ns(void)
 void rdmalloc_os_nap(uint64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+	int cancel = rdmalloc_cancel_off();
 	nanosleep(&ts, NULL);
+	rdmalloc_cancel_on(cancel);
 }
 
 uint64_t rdmalloc_os_random64(void)
