@@ -277,10 +277,11 @@ int rdma_malloc_attach_pd(struct ibv_pd *pd);
  * so ibv_dealloc_pd(@pd) may follow at once.  The default PD may be
  * detached too; NULL-PD lookups then fail with ENODEV.
  * Return: 0, ENODEV (@pd NULL or not attached), EBUSY (a memory window granted with
- * rdma_malloc_mw_grant() is bound on one of its regions, or, under the
+ * rdma_malloc_mw_grant() on one of its regions is not freed yet, or, under the
  * drop-in, an elided region of @pd is alive: nothing is done; free or
- * deregister it first), or the errno of the first failed ibv_dereg_mr()
- * (the PD is detached all the same; the failure is counted).
+ * deregister it first), or EIO: an ibv_dereg_mr() failed (the PD is
+ * detached all the same; that region stays registered, and its failure is
+ * logged with the provider's errno and counted in deregistration_failures).
  */
 int rdma_malloc_detach_pd(struct ibv_pd *pd);
 

@@ -328,9 +328,9 @@ struct ibv_pd *rdmalloc_pd_at(unsigned i);
 int rdmalloc_chunks_attach(struct ibv_pd *pd);
 /* Deregister every chunk from @pd and free its index, once no chunk being
  * created still registers with it.  0, ENODEV, EBUSY (a memory window is
- * allocated on a region of @pd: nothing done), or the first errno of a
- * failed deregistration (the PD is detached all the same).  The caller
- * holds the PD lock. */
+ * allocated on a region of @pd: nothing done), or EIO: a deregistration
+ * failed (logged and counted: rdmalloc_dereg_mr), the PD is detached all
+ * the same.  The caller holds the PD lock. */
 int rdmalloc_chunks_detach(struct ibv_pd *pd);
 /*
  * The same for a PD whose attachment nobody asked for (the drop-in's

@@ -301,10 +301,12 @@ static int detach(struct ibv_pd *pd, int unused_only)
 	atomic_store_explicit(&pds[s], NULL, memory_order_release);
 	reg_gen++;
 	/* Creators that saw the PD register again without it (reg_gen), and
-	 * undo what they registered with it; then they let go of it. */
-	int first = let_go_of((unsigned)s, pd);
+	 * undo what they registered with it; then they let go of it.  A failed
+	 * deregistration (logged with its errno, counted) is EIO, whatever
+	 * ibv_dereg_mr said: its EBUSY or ENODEV would read as nothing done. */
+	int failed = let_go_of((unsigned)s, pd);
 	rdmalloc_chunk_unlock();
-	return first;
+	return failed ? EIO : 0;
 }
 
 int rdmalloc_chunks_detach(struct ibv_pd *pd)
