@@ -471,7 +471,9 @@ size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
 
 /* Unpublish, deregister, unmap: a chunk of a heap being destroyed (no hook
  * runs on it), or a big one its heap let go of.  Waits for a give-back,
- * take-back or walk under way on it.  No lock held. */
+ * take-back or walk under way on it.  Its PDs are counted in pd_users
+ * until its regions are gone, as a give-back's are: a detach, which no
+ * longer finds it on the list, waits for them.  No lock held. */
 static void release(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();
@@ -490,9 +492,11 @@ static void release(struct rdmalloc_chunk *c)
 	if (!reserved)
 		rdmalloc_addrmap_remove(c);
 	rdmalloc_chunk_unlink(c);
+	unsigned used = rdmalloc_pd_users_claim(c);
 	rdmalloc_chunk_unlock();
 	rdmalloc_deregister_unmap(c, (void *)c->base, c->map_size);
 	rdmalloc_chunk_lock();
+	rdmalloc_pd_users_release(used);
 	if (counted)
 		rdmalloc_count_held(c, -1);
 	if (c->held)

@@ -117,6 +117,40 @@ Test(defects, item3_detach_waits_for_creators, .timeout = 60)
 	rdma_free(big);
 }
 
+/* The same class: a big block's chunk let go of (a trim, a free, the decay
+ * tick) is deregistered outside the PD lock, so detach must wait for that
+ * too.  a489e41 returned at once, with the chunk's region of P alive. */
+static void *trim(void *arg)
+{
+	(void)arg;
+	rdma_malloc_trim();
+	return NULL;
+}
+
+Test(defects, detach_waits_for_a_big_chunk_let_go_of, .timeout = 60)
+{
+	struct ibv_pd *p = fake_pd(1);
+	cr_assert_eq(rdma_malloc_attach_pd(p), 0);
+	void *b = rdma_malloc(MiB); /* a big block: a chunk of its own */
+	cr_assert(b);
+	rdma_free(b); /* kept, registered, for the decay time */
+	cr_assert_not_null(fake_find(p, b));
+	fake_block_next_dereg();
+	pthread_t trimmer, detacher;
+	pthread_create(&trimmer, NULL, trim, NULL);
+	fake_wait_blocked(); /* the trim is deregistering the chunk */
+	pthread_create(&detacher, NULL, detach, p);
+	sleep_ms(300);
+	int early = atomic_load(&detached);
+	int alive = fake_find(p, b) != NULL;
+	fake_release_reg();
+	pthread_join(trimmer, NULL);
+	pthread_join(detacher, NULL);
+	cr_assert(alive, "the chunk's region of P was gone before its deregistration was let go");
+	cr_assert(!early, "rdma_malloc_detach_pd returned while a region of the PD was alive");
+	cr_assert_null(fake_find(p, b), "a region of the detached PD is alive");
+}
+
 /* ---- item 3, the same class: a detach that fails, a lookup racing one ---- */
 
 /* A detach refused with EBUSY changes nothing: the default PD stays the
