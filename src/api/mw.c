@@ -127,13 +127,24 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 		errno = EINVAL;
 		return NULL;
 	}
-	struct rdmalloc_chunk *c;
+	struct rdmalloc_chunk *c, *found;
 	struct rdmalloc_reg *r;
 	rdmalloc_pd_lock();
-	int err = rdmalloc_lookup(ptr, len, qp->pd, &c, &r); /* ENOENT, ERANGE or ENODEV */
+	/* Found and pinned as one (not given back under the window): a
+	 * descriptor found without the chunk lock may meanwhile be released
+	 * and made another chunk's (a big block freed; elide.c's eligible). */
+	int err = rdmalloc_chunk_pin_at(ptr, len, 0, &c), pinned = !err; /* ENOENT or ERANGE */
+	/* A chunk of an on-demand heap (the drop-in's) is registered with the
+	 * QP's PD on its first use, as by rdma_malloc_keys(). */
+	if (!err && rdmalloc_spec_on_demand(c->spec) && rdmalloc_pd_attached(qp->pd)) {
+		int saved = errno;
+		err = rdmalloc_chunk_demand(c, qp->pd);
+		errno = saved;
+	}
+	if (!err)
+		err = rdmalloc_lookup(ptr, len, qp->pd, &found, &r); /* ENODEV; found is c, pinned */
 	if (!err && !(r->access & IBV_ACCESS_MW_BIND))
 		err = EPERM;
-	int pinned = !err && !(err = rdmalloc_chunk_pin(c)); /* not given back under the window */
 	if (!err)
 		err = reserve();
 	struct ibv_mw *mw = NULL;

@@ -248,3 +248,28 @@ Test(firstuse, registered_on_first_use_then_freed_goes_after_the_decay_time)
 	cr_assert_leq(st.pinned_bytes, 16 * MiB, "%llu bytes still pinned 5 s after a 300 ms decay",
 		      (unsigned long long)st.pinned_bytes);
 }
+
+/* A memory window granted on a chunk not registered yet registers it with
+ * the QP's PD first, as a key lookup does (rdma_malloc_mw_grant's errors
+ * are rdma_malloc_keys()'s).  a489e41 answered ENODEV. */
+Test(firstuse, a_grant_registers_on_first_use, .init = cr_redirect_stderr)
+{
+	fake_verbs_install(1);
+	cr_assert(rdma_malloc_default_pd());
+	int err = 0;
+	struct rdmalloc_heap *h = rdmalloc_heap_create(LW | IBV_ACCESS_MW_BIND, 0, -1, &err);
+	cr_assert(h, "%s", strerror(err));
+	rdmalloc_heap_set_policy(h, RDMALLOC_REG_FIRST_USE);
+	char *p = rdma_heap_malloc((rdma_heap_t *)h, 4096);
+	cr_assert(p);
+	cr_assert_null(fake_find(fake_pd(0), p), "registered before its first use");
+	struct ibv_qp qp = { .pd = fake_pd(0) };
+	errno = 4321;
+	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp, p, 100, IBV_ACCESS_REMOTE_READ, IBV_MW_TYPE_2, 1, 0);
+	cr_assert(mw, "grant: %s", strerror(errno));
+	cr_assert_eq(errno, 4321, "a successful grant changed errno");
+	cr_assert_not_null(fake_find(fake_pd(0), p), "granted on a chunk not registered with the QP's PD");
+	cr_assert(fake_mw_allows(mw->rkey, (uintptr_t)p, 100, IBV_ACCESS_REMOTE_READ));
+	cr_assert_eq(rdma_malloc_mw_free(mw), 0);
+	rdma_free(p);
+}
