@@ -22,6 +22,7 @@
 #include "counters.h"
 #include "implicit.h"
 #include "lock.h"
+#include "log.h"
 #include "region.h"
 #include "reserve.h"
 
@@ -264,6 +265,8 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 			let_go_of((unsigned)s, pd); /* undo: the caller may deallocate the PD next */
 			pds_filling &= ~(1u << s);
 			rdmalloc_chunk_unlock();
+			rdmalloc_log(RDMALLOC_LOG_WARN, "attaching PD %p: a chunk's registration failed (%s); "
+				     "nothing is attached", (void *)pd, rdmalloc_strerror(err));
 			return err;
 		}
 	}

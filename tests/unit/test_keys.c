@@ -169,7 +169,7 @@ Test(keys, attach_detach)
 	rdma_free(p);
 }
 
-Test(keys, attach_is_all_or_nothing)
+Test(keys, attach_is_all_or_nothing, .init = cr_redirect_stderr)
 {
 	void *ps[8];
 	for (int i = 0; i < 8; i++)
@@ -185,6 +185,8 @@ Test(keys, attach_is_all_or_nothing)
 	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
 	for (int i = 0; i < 8; i++)
 		assert_covered(ps[i], fake_pd(1));
+	fflush(stderr);
+	cr_assert_stderr_neq_str("", "the failed attach was not logged (rdma_malloc_attach_pd(3) says it is)");
 }
 
 Test(keys, too_many_pds_is_enospc)
