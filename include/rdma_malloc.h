@@ -620,7 +620,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(deregistrations, counter, "ibv_dereg_mr calls that succeeded")            \
 	X(deregistration_failures, counter, "ibv_dereg_mr calls that failed")      \
 	X(limit_refusals, counter, "chunks refused by RDMALLOC_MAX_REGISTERED")     \
-	X(purges_refused, counter, "purge/unmap requests refused on pinned chunks") \
+	X(purges_refused, counter, "purge/unmap requests refused, on any chunk (a decommit does the work)") \
 	X(lookups, counter, "key lookups that succeeded")                           \
 	X(lookup_failures, counter, "key lookups that failed (ENOENT/ERANGE/ENODEV/ENOMEM)") \
 	X(tcache_fallbacks, counter, "threads that had to run a heap uncached")    \
