@@ -143,7 +143,9 @@ const char *rdma_malloc_version(unsigned int *major, unsigned int *minor, unsign
  * Giving memory back (doc/design.md, "Giving memory back").  A region
  * covers a whole chunk, so a chunk is pinned as long as one byte of it is
  * allocated; a block of RDMALLOC_BIG_BLOCK bytes (64 KiB) or more is a
- * chunk of its own, given back once freed for the decay time.  Once every page of a chunk has been free for its heap's
+ * chunk of its own, given back once freed for the decay time (sooner past
+ * a bound: the most recently freed is kept, others up to an eighth of the
+ * heap's big bytes in use).  Once every page of a chunk has been free for its heap's
  * decay time (RDMALLOC_DECAY_MS, or rdma_heap_attr.decay_ms), the chunk is
  * deregistered from every PD and its pages go back to the system; the
  * smallest such chunk of each heap is kept registered, against growing and
