@@ -177,19 +177,37 @@ static struct rdmalloc_chunk *hooked(void *addr, size_t len, const char *hook)
 }
 
 /* Register given-back @c again (TAKING, rdmalloc_held_bytes counted) and publish
- * it: 0 with the chunk lock held, or an errno value without it (nothing
- * left registered). */
+ * it: 0 with the chunk lock held, or an errno value without it: nothing
+ * left registered, or, when a deregistration of the undo failed and the
+ * pages could not be cut off either, @c QUARANTINED (still held). */
 static int take_back(struct rdmalloc_chunk *c)
 {
 	unsigned used = 0;
 	int err = rdmalloc_register_steady_relieved(c, &used);
 	if (err) {
 		rdmalloc_log_reg_failure(c->size, err);
-		int kept = rdmalloc_region_deregister_all(c) != 0;
-		if (!kept) /* the registration faulted pages in: back they go */
-			kept = rdmalloc_os_dontneed((void *)c->base, c->map_size) != 0;
+		/* Undone as a give-back is (give_back): the pages the
+		 * registration faulted in leave the process even when a
+		 * deregistration failed, so that a region left behind keeps
+		 * old pages pinned, not the ones jemalloc uses next. */
+		int failed = rdmalloc_region_deregister_all(c) != 0;
+		int cut = rdmalloc_os_dontneed((void *)c->base, c->map_size);
+		int quarantine = failed && cut;
+		if (quarantine)
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
+				     "and its pages could not be cut off (%s); never used again",
+				     (void *)c->base, c->map_size, rdmalloc_strerror(cut));
+		else if (failed)
+			rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while "
+				     "undoing its take-back; its old pages stay pinned, cut off from the process",
+				     (void *)c->base, c->map_size);
 		rdmalloc_chunk_lock();
-		c->stale |= kept;
+		c->stale |= cut != 0;
+		if (quarantine) { /* held, counted, never committed again (as give_back's) */
+			c->state = RDMALLOC_CHUNK_QUARANTINED;
+			c->held = 1;
+			rdmalloc_count_held(c, 1);
+		}
 		rdmalloc_pd_users_release(used);
 		rdmalloc_chunk_unlock();
 		return err;
@@ -282,8 +300,10 @@ int rdmalloc_chunk_commit(void *addr, size_t len)
 		int err = take_back(c); /* returns with the lock on success */
 		if (err) {
 			rdmalloc_chunk_lock();
-			c->state = RDMALLOC_CHUNK_GONE;
-			rdmalloc_held_bytes -= c->map_size;
+			if (c->state != RDMALLOC_CHUNK_QUARANTINED) {
+				c->state = RDMALLOC_CHUNK_GONE;
+				rdmalloc_held_bytes -= c->map_size;
+			}
 		}
 		settle_ended();
 		if (err) {

@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -1384,4 +1385,50 @@ Test(fault, registrations_open_no_file_without_hugepages_safe)
 	unsetenv("RDMAV_HUGEPAGES_SAFE");
 	real_backend_bound();
 	cr_assert_eq(rdmalloc_verbs_open_files(), 0);
+}
+
+/* A take-back whose registration fails, and whose undo's deregistration
+ * fails too, leaves a region registered over the chunk.  As a give-back
+ * does, its pages must leave the process (the region keeps the old ones
+ * pinned, cut off from what jemalloc uses next), or the chunk must be
+ * quarantined.  a489e41 skipped the MADV_DONTNEED when the deregistration
+ * failed: the orphan region's still valid key reached the pages jemalloc
+ * placed new blocks in. */
+Test(fault, a_failed_take_back_cuts_its_pages_off, .init = cr_redirect_stderr)
+{
+	setenv("RDMALLOC_RESERVE", "0", 1); /* no registration but the take-back's */
+	fake_verbs_install(1);
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	enum { N = 3000 };
+	static void *b[N];
+	for (int i = 0; i < N; i++)
+		cr_assert(b[i] = rdma_malloc(1024)); /* jemalloc's 2 MiB chunks */
+	struct ibv_mr *mr = rdma_malloc_mr(b[0], 1, NULL);
+	cr_assert(mr);
+	char *base = mr->addr;
+	size_t len = mr->length, page = (size_t)sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < N; i++)
+		rdma_free(b[i]);
+	cr_assert_gt(rdma_malloc_trim(), 0, "nothing given back");
+	/* The take-back's registration with the second PD fails, and so
+	 * does every one after it (no new chunk, no second take-back), and
+	 * every deregistration (its undo of the first PD's region). */
+	rdmalloc_fault_arm(RDMALLOC_FAULT_REG, 2, 0, ENOMEM);
+	rdmalloc_fault_arm(RDMALLOC_FAULT_DEREG, 1, 0, EBUSY);
+	errno = 0;
+	cr_assert_null(rdma_malloc(1024));
+	cr_assert_eq(errno, ENOMEM);
+	cr_assert_geq(rdmalloc_fault_injected(RDMALLOC_FAULT_DEREG), 1, "no take-back was undone");
+	rdmalloc_fault_disarm_all();
+	unsigned char vec[1024];
+	cr_assert_leq(len / page, sizeof(vec));
+	cr_assert_eq(mincore(base, len, vec), 0);
+	size_t resident = 0;
+	for (size_t i = 0; i < len / page; i++)
+		resident += vec[i] & 1;
+	cr_assert_eq(resident, 0, "%zu pages of the chunk an orphan region maps are still the process's",
+		     resident);
+	void *q = rdma_malloc(1024); /* and the heap goes on */
+	cr_assert(q);
+	rdma_free(q);
 }
