@@ -833,6 +833,9 @@ static uint64_t heaps_tick(void)
 		for (unsigned k = 0; k < n; k++)
 			rdmalloc_arena_ctl(h->arenas[k], "decay", NULL, NULL, NULL, 0);
 		rdmalloc_big_decay(h, now, 0);
+		/* An idle chunk a decommit skipped (a walk or a first use held
+		 * it then) gets no decommit again: it goes here. */
+		rdmalloc_give_back_idle(h, 1);
 		purge_end(h);
 	}
 	rdmalloc_heap_flush_idle_caches(now ? now : rdmalloc_now_ns());

@@ -127,7 +127,8 @@ static struct rdmalloc_chunk *next_registered(unsigned i, struct ibv_pd *pd, int
 }
 
 /* A walk works on @c without the chunk lock: it is not given back
- * meanwhile (an idle chunk left busy goes at the next give-back).  Chunk
+ * meanwhile (an idle chunk left busy goes at the next give-back, or the
+ * background tick's: heap.c, heaps_tick).  Chunk
  * lock held. */
 static void walk_enter(struct rdmalloc_chunk *c)
 {

@@ -1096,3 +1096,41 @@ Test(giveback, two_forks_keep_purges_stopped_until_both_end, .init = setup_no_re
 	cr_assert(atomic_load(&trimmed));
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
+
+/* A chunk whose last pages were decommitted while a walk worked on it (an
+ * attach registering it with a new PD: busy) was skipped by that give-back,
+ * and no later decommit comes for it: a489e41 kept it registered until the
+ * next trim or relief.  The background tick gives back what is idle. */
+static void *attach_pd1(void *arg)
+{
+	(void)arg;
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	return NULL;
+}
+
+Test(giveback, a_chunk_idle_while_a_walk_held_it_goes_later, .init = setup_no_reserve)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = LW, .decay_ms = 100 });
+	cr_assert(h);
+	enum { N = 12 };
+	void *b[N];
+	alloc_each(h, b, N, 1536 * KiB, 0x5a); /* past the thread cache: none stays cached */
+	cr_assert_geq(stats().chunks, 2, "the test wants two chunks at least");
+	fake_block_next_reg_on(fake_pd(1));
+	pthread_t t;
+	pthread_create(&t, NULL, attach_pd1, NULL);
+	fake_wait_blocked(); /* the attach registers a chunk: busy */
+	for (int i = 0; i < N; i++)
+		rdma_free(b[i]);
+	sleep_ms(1500); /* jemalloc's decay decommits every page, ticked */
+	fake_release_reg();
+	pthread_join(t, NULL);
+	struct rdma_malloc_stats st = stats();
+	for (int i = 0; i < 50 && st.chunks > 1; i++) {
+		sleep_ms(100); /* no call into the library but the stats */
+		st = stats();
+	}
+	cr_assert_leq(st.chunks, 1, "%llu chunks still registered for nothing live (one is kept)",
+		      (unsigned long long)st.chunks);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
