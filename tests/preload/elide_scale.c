@@ -361,14 +361,19 @@ static void case_scale(void)
 #define WORKER_OPS 100000
 static struct ibv_pd *stable[STABLE];
 static int workers_done;
+static int churn_rounds; /* the workers go on until the churn has overlapped them */
 
 static void *worker(void *arg)
 {
 	uint64_t x = 0x2545F4914F6CDD1Dull * ((uintptr_t)arg + 1);
 	char *buf = malloc(MiB);
 	struct ibv_mr *live[64] = { 0 };
-	int bad = 0, passed = 0;
-	for (int op = 0; op < WORKER_OPS; op++) {
+	int bad = 0, passed = 0, op = 0;
+	/* On a loaded machine the churn thread may not run before the
+	 * workers are done: they go on (up to 100 times as long) until it has
+	 * made its rounds beside them. */
+	for (; op < WORKER_OPS || (__atomic_load_n(&churn_rounds, __ATOMIC_RELAXED) < 20 && op < 100 * WORKER_OPS);
+	     op++) {
 		int k = (int)(rnd(&x) % 64);
 		if (live[k]) {
 			bad += ibv_dereg_mr(live[k]) != 0;
@@ -391,8 +396,8 @@ static void *worker(void *arg)
 	for (int k = 0; k < 64; k++)
 		if (live[k])
 			bad += ibv_dereg_mr(live[k]) != 0;
-	CHECK(!bad && !passed, "worker %ld: %d ops, %d inconsistent, %d passed through", (long)(uintptr_t)arg,
-	      WORKER_OPS, bad, passed);
+	CHECK(!bad && !passed, "worker %ld: %d ops, %d inconsistent, %d passed through", (long)(uintptr_t)arg, op,
+	      bad, passed);
 	free(buf);
 	return NULL;
 }
@@ -409,6 +414,7 @@ static void *churn(void *arg)
 		elided_n += el;
 		bad += ibv_dealloc_pd(q) != EBUSY; /* busy, elided or not */
 		bad += !mr || ibv_dereg_mr(mr) != 0;
+		__atomic_store_n(&churn_rounds, rounds + 1, __ATOMIC_RELAXED);
 		if (rounds++ % 2) /* every other PD leaked */
 			bad += ibv_dealloc_pd(q) != 0 || q->handle != FAKE_DROPIN_PD_DEALLOCATED;
 	}
