@@ -81,26 +81,34 @@ static void settle_ended(void)
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 }
 
+/* Deregister @c from every PD and let its pages go (@doing: what for, for
+ * the log).  Even when a deregistration failed: the region keeps its
+ * pages pinned, but they leave the process, which gets fresh ones, so the
+ * old key reaches nothing of ours any more.  1 when they could not leave
+ * either (the chunk must be quarantined); *@err: the madvise's errno (its
+ * old bytes are then zeroed when committed).  No lock held. */
+static int deregister_cut_off(struct rdmalloc_chunk *c, const char *doing, int *err)
+{
+	int failed = rdmalloc_region_deregister_all(c) != 0; /* dereg_failed stays: never unmapped */
+	*err = rdmalloc_os_dontneed((void *)c->base, c->map_size);
+	if (failed && *err)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
+			     "and its pages could not be cut off (%s); never used again",
+			     (void *)c->base, c->map_size, rdmalloc_strerror(*err));
+	else if (failed)
+		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while %s; its "
+			     "old pages stay pinned, cut off from the process", (void *)c->base, c->map_size, doing);
+	return failed && *err;
+}
+
 /* Give back @c, marked GIVING: its keys were unpublished by mark_giving;
  * deregister, return its pages.  No lock held.  Its bytes, or 0 when it
  * had to be quarantined. */
 static size_t give_back(struct rdmalloc_chunk *c)
 {
 	unsigned used = rdmalloc_registered_pds(c); /* what mark_giving counted */
-	int failed = rdmalloc_region_deregister_all(c) != 0; /* dereg_failed stays: never unmapped */
-	/* Even when a deregistration failed: the region keeps its pages
-	 * pinned, but they leave the process, which gets fresh ones here, so
-	 * the old key reaches nothing of ours any more. */
-	int err = rdmalloc_os_dontneed((void *)c->base, c->map_size);
-	int quarantine = failed && err;
-	if (quarantine)
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
-			     "and its pages could not be cut off (%s); never used again",
-			     (void *)c->base, c->map_size, rdmalloc_strerror(err));
-	else if (failed)
-		rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while giving it "
-			     "back; its old pages stay pinned, cut off from the process", (void *)c->base, c->map_size);
-	else if (err) /* still ours: its old bytes are zeroed when committed */
+	int err, quarantine = deregister_cut_off(c, "giving it back", &err);
+	if (err && !quarantine) /* still ours: its old bytes are zeroed when committed */
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "madvise(MADV_DONTNEED) of a given-back chunk: %s",
 				  rdmalloc_strerror(err));
 	rdmalloc_chunk_lock();
@@ -186,21 +194,10 @@ static int take_back(struct rdmalloc_chunk *c)
 	int err = rdmalloc_register_steady_relieved(c, &used);
 	if (err) {
 		rdmalloc_log_reg_failure(c->size, err);
-		/* Undone as a give-back is (give_back): the pages the
-		 * registration faulted in leave the process even when a
-		 * deregistration failed, so that a region left behind keeps
-		 * old pages pinned, not the ones jemalloc uses next. */
-		int failed = rdmalloc_region_deregister_all(c) != 0;
-		int cut = rdmalloc_os_dontneed((void *)c->base, c->map_size);
-		int quarantine = failed && cut;
-		if (quarantine)
-			rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes) quarantined: a deregistration failed "
-				     "and its pages could not be cut off (%s); never used again",
-				     (void *)c->base, c->map_size, rdmalloc_strerror(cut));
-		else if (failed)
-			rdmalloc_log(RDMALLOC_LOG_ERROR, "chunk %p (%zu bytes): a deregistration failed while "
-				     "undoing its take-back; its old pages stay pinned, cut off from the process",
-				     (void *)c->base, c->map_size);
+		/* Undone as a give-back is: the pages the registration
+		 * faulted in leave the process, so that a region left behind
+		 * keeps old pages pinned, not the ones jemalloc uses next. */
+		int cut, quarantine = deregister_cut_off(c, "undoing its take-back", &cut);
 		rdmalloc_chunk_lock();
 		c->stale |= cut != 0;
 		if (quarantine) { /* held, counted, never committed again (as give_back's) */
