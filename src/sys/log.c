@@ -53,13 +53,12 @@ static void vlog(int level, const char *fmt, va_list ap)
 	 * write to stderr has nowhere else to be reported, and a stderr with
 	 * no reader left must not kill the program (sigpipe.h).  The caller's
 	 * errno is kept. */
-	int saved = errno;
+	int saved = errno, cancel = rdmalloc_cancel_off(); /* the release may sigtimedwait */
 	struct rdmalloc_sigpipe_hold h;
 	rdmalloc_sigpipe_hold(&h);
-	int cancel = rdmalloc_cancel_off();
 	ssize_t w = write(STDERR_FILENO, buf, len);
-	rdmalloc_cancel_on(cancel);
 	rdmalloc_sigpipe_release(&h, w < 0 && errno == EPIPE);
+	rdmalloc_cancel_on(cancel);
 	errno = saved;
 }
 
