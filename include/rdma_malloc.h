@@ -281,9 +281,11 @@ int rdma_malloc_attach_pd(struct ibv_pd *pd);
  * Return: 0, ENODEV (@pd NULL or not attached), EBUSY (a memory window granted with
  * rdma_malloc_mw_grant() on one of its regions is not freed yet, or, under the
  * drop-in, an elided region of @pd is alive: nothing is done; free or
- * deregister it first), or EIO: an ibv_dereg_mr() failed (the PD is
- * detached all the same; that region stays registered, and its failure is
- * logged with the provider's errno and counted in deregistration_failures).
+ * deregister it first), or EIO: the ibv_dereg_mr() of one of its regions
+ * failed, in this call or in another since @pd was attached (a chunk given
+ * back, a big block let go of): the PD is detached all the same, that
+ * region stays registered, and its failure is logged with the provider's
+ * errno and counted in deregistration_failures.
  */
 int rdma_malloc_detach_pd(struct ibv_pd *pd);
 

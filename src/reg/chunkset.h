@@ -44,6 +44,9 @@ void rdmalloc_chunk_idle_set(struct rdmalloc_chunk *c, const void *addr, size_t 
 /* A creator is done with the PDs in @used (a mask of indexes): wake a
  * detach waiting for them. */
 void rdmalloc_pd_users_release(unsigned used);
+/* A deregistration of a region of @pd failed (region.c), in any thread:
+ * the detach of @pd that ends its attachment answers EIO. */
+void rdmalloc_pd_dereg_failed(const struct ibv_pd *pd);
 /* The PDs (indexes) @c is registered with.  Its owner's, or chunk lock. */
 unsigned rdmalloc_registered_pds(const struct rdmalloc_chunk *c);
 /* Count the PDs @c is registered with in the PD users, for a caller that

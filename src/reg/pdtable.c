@@ -38,6 +38,20 @@ struct ibv_pd *rdmalloc_pd_at(unsigned i)
 	return atomic_load_explicit(&pds[i], memory_order_acquire);
 }
 
+/* Each index's PD from the start of its attach to the end of its detach
+ * (pds[] has it only while it is live), and whether a deregistration of a
+ * region of it failed meanwhile, in any thread: that region stays
+ * registered, which its detach reports (EIO). */
+static struct ibv_pd *_Atomic slot_pd[RDMA_MALLOC_MAX_PDS];
+static atomic_int slot_dereg_failed[RDMA_MALLOC_MAX_PDS];
+
+void rdmalloc_pd_dereg_failed(const struct ibv_pd *pd)
+{
+	for (unsigned s = 0; pd && s < RDMA_MALLOC_MAX_PDS; s++)
+		if (atomic_load_explicit(&slot_pd[s], memory_order_acquire) == pd)
+			atomic_store_explicit(&slot_dereg_failed[s], 1, memory_order_release);
+}
+
 /* A creator is done with the PDs in @used: wake a detach waiting for
  * them.  Chunk lock held. */
 void rdmalloc_pd_users_release(unsigned used)
@@ -230,6 +244,8 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 		return ENOSPC;
 	}
 	pds_filling |= 1u << s;
+	atomic_store_explicit(&slot_dereg_failed[s], 0, memory_order_relaxed);
+	atomic_store_explicit(&slot_pd[s], pd, memory_order_release);
 	/* Register every published chunk; chunks published meanwhile are found
 	 * by the next pass, and the PD goes live with the last pass.  Threads
 	 * that make chunks faster than this registers them (big blocks, a
@@ -265,6 +281,7 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 			attach_open(&closing);
 			let_go_of((unsigned)s, pd); /* undo: the caller may deallocate the PD next */
 			pds_filling &= ~(1u << s);
+			atomic_store_explicit(&slot_pd[s], NULL, memory_order_release);
 			rdmalloc_chunk_unlock();
 			rdmalloc_log(RDMALLOC_LOG_WARN, "attaching PD %p: a chunk's registration failed (%s); "
 				     "nothing is attached", (void *)pd, rdmalloc_strerror(err));
@@ -305,10 +322,14 @@ static int detach(struct ibv_pd *pd, int unused_only)
 	atomic_store_explicit(&pds[s], NULL, memory_order_release);
 	reg_gen++;
 	/* Creators that saw the PD register again without it (reg_gen), and
-	 * undo what they registered with it; then they let go of it.  A failed
-	 * deregistration (logged with its errno, counted) is EIO, whatever
-	 * ibv_dereg_mr said: its EBUSY or ENODEV would read as nothing done. */
-	int failed = let_go_of((unsigned)s, pd);
+	 * undo what they registered with it; then they let go of it.  A region
+	 * of it whose deregistration failed (logged with its errno, counted),
+	 * here or in any thread since the attach (a give-back, a big chunk let
+	 * go of, which this waited for), is EIO, whatever ibv_dereg_mr said:
+	 * its EBUSY or ENODEV would read as nothing done. */
+	int failed = let_go_of((unsigned)s, pd) != 0;
+	failed |= atomic_exchange_explicit(&slot_dereg_failed[s], 0, memory_order_acq_rel);
+	atomic_store_explicit(&slot_pd[s], NULL, memory_order_release);
 	rdmalloc_chunk_unlock();
 	return failed ? EIO : 0;
 }
@@ -438,8 +459,11 @@ void rdmalloc_chunks_forget_registrations(void)
 	/* In a fork child (single-threaded): the regions belong to the parent.
 	 * Deregistering them through the inherited verbs context would take
 	 * them from the parent, so they are only forgotten. */
-	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 		atomic_store_explicit(&pds[s], NULL, memory_order_relaxed);
+		atomic_store_explicit(&slot_pd[s], NULL, memory_order_relaxed);
+		atomic_store_explicit(&slot_dereg_failed[s], 0, memory_order_relaxed);
+	}
 	pds_filling = 0;
 	reg_gen++;
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "chunkset.h"
 #include "counters.h"
 #include "implicit.h"
 #include "log.h"
@@ -61,9 +62,12 @@ static struct ibv_mr *reg_mr(struct rdmalloc_chunk *c, struct ibv_pd *pd, unsign
 
 int rdmalloc_region_deregister(struct rdmalloc_chunk *c, struct ibv_mr *mr)
 {
+	struct ibv_pd *pd = mr ? rdmalloc_mr_pd(mr) : NULL; /* mr is gone on success */
 	int err = !mr ? 0 : implicit_odp(c) ? rdmalloc_implicit_put(mr) : rdmalloc_dereg_mr(mr);
-	if (err)
+	if (err) {
 		atomic_store(&c->dereg_failed, 1);
+		rdmalloc_pd_dereg_failed(pd);
+	}
 	return err;
 }
 

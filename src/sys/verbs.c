@@ -660,6 +660,11 @@ void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int 
 	*rkey = mr->rkey;
 }
 
+struct ibv_pd *rdmalloc_mr_pd(const struct ibv_mr *mr)
+{
+	return mr->pd;
+}
+
 int rdmalloc_odp_supported(struct ibv_pd *pd, unsigned int access, int implicit)
 {
 	if (!pd)

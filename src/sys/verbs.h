@@ -137,5 +137,7 @@ RDMALLOC_TESTABLE unsigned rdmalloc_verbs_parked(void);
 
 /* lkey/rkey of a region. */
 void rdmalloc_mr_keys(const struct ibv_mr *mr, unsigned int *lkey, unsigned int *rkey);
+/* The PD @mr is registered with. */
+struct ibv_pd *rdmalloc_mr_pd(const struct ibv_mr *mr);
 
 #endif
