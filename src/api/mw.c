@@ -23,6 +23,7 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 
+#include "addrmap.h"
 #include "chunk.h"
 #include "heap.h"
 #include "init.h"
@@ -31,6 +32,7 @@
 #include "os.h"
 #include "pd.h"
 #include "counters.h"
+#include "reserve.h"
 #include "verbs.h"
 
 /* An open-addressing table keyed by window, in mmap'd memory (an
@@ -129,6 +131,11 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 	}
 	struct rdmalloc_chunk *c, *found;
 	struct rdmalloc_reg *r;
+	/* A first use's registration shared out (outside every lock), as a
+	 * key lookup's (keys.c, first_use). */
+	struct rdmalloc_chunk *seen = rdmalloc_addrmap_lookup(ptr);
+	if (seen && rdmalloc_spec_on_demand(seen->spec))
+		rdmalloc_chunk_demand_prepare(seen);
 	rdmalloc_pd_lock();
 	/* Found and pinned as one (not given back under the window): a
 	 * descriptor found without the chunk lock may meanwhile be released
@@ -167,6 +174,7 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 	if (err && pinned)
 		rdmalloc_chunk_unpin(c);
 	rdmalloc_pd_unlock();
+	rdmalloc_threads_start_wanted(); /* the tick of a first use's decay: outside every lock */
 	if (err) {
 		errno = err;
 		return NULL;
