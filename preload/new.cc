@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <new>
+#include <pthread.h>
 
 #include "compiler.h"
 #include "preload.h"
@@ -49,9 +50,8 @@ void *alloc_or_null(std::size_t n, std::size_t align, bool aligned) noexcept
 	}
 }
 
-// The forms the others call, as the program sees them: set (once, by
-// whichever thread comes first: every one finds the same) before
-// `forward` says whether they are to be called.
+// The forms the others call, as the program sees them: set once
+// (found_once) before `forward` says whether they are to be called.
 struct basic_forms {
 	void *(*new_)(std::size_t);
 	void *(*new_array)(std::size_t);
@@ -81,7 +81,7 @@ template <class F> void find(F *out, const char *name, F ours, int *replaced)
 	}
 }
 
-__attribute__((noinline, cold)) bool find_basic_forms()
+void find_basic_forms()
 {
 	int replaced = 0;
 	find<void *(*)(std::size_t)>(&basic.new_, "_Znwm", ::operator new, &replaced);
@@ -97,23 +97,29 @@ __attribute__((noinline, cold)) bool find_basic_forms()
 	find<void (*)(void *, std::align_val_t) noexcept>(&basic.delete_array_aligned, "_ZdaPvSt11align_val_t",
 							  ::operator delete[], &replaced);
 	forward.store(replaced, std::memory_order_release);
-	return replaced;
+}
+
+pthread_once_t found_once = PTHREAD_ONCE_INIT;
+
+__attribute__((noinline, cold)) bool forwarding_found()
+{
+	pthread_once(&found_once, find_basic_forms);
+	return forward.load(std::memory_order_acquire) > 0;
 }
 
 // Whether the other forms call the basic ones (basic_forms): a load and a
-// compare after the first call.
+// compare after the drop-in's constructor (a call before it finds them).
 inline bool forwarding()
 {
 	int f = forward.load(std::memory_order_acquire);
-	return __builtin_expect(f != 0, 0) && (f > 0 || find_basic_forms());
+	return __builtin_expect(f != 0, 0) && (f > 0 || forwarding_found());
 }
 
 } // namespace
 
 void rdmalloc_preload_cxx_init(void)
 {
-	if (forward.load(std::memory_order_acquire) < 0)
-		find_basic_forms();
+	pthread_once(&found_once, find_basic_forms);
 }
 
 namespace {
