@@ -821,6 +821,7 @@ static uint64_t heaps_tick(void)
 {
 	long shortest = -1;
 	uint64_t now = 0;
+	int skipped = rdmalloc_give_back_skipped();
 	for (unsigned i = 0; i < RDMA_MALLOC_MAX_HEAPS; i++) {
 		long decay_ms = -1;
 		struct rdmalloc_heap *h = purge_begin(i, PURGE_TICK, 0, &decay_ms);
@@ -835,7 +836,8 @@ static uint64_t heaps_tick(void)
 		rdmalloc_big_decay(h, now, 0);
 		/* An idle chunk a decommit skipped (a walk or a first use held
 		 * it then) gets no decommit again: it goes here. */
-		rdmalloc_give_back_idle(h, 1);
+		if (skipped)
+			rdmalloc_give_back_idle(h, 1);
 		purge_end(h);
 	}
 	rdmalloc_heap_flush_idle_caches(now ? now : rdmalloc_now_ns());

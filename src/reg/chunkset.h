@@ -104,6 +104,9 @@ void rdmalloc_deregister_unmap(struct rdmalloc_chunk *c, void *p, size_t len);
 /* Give back the idle chunks of @heap (NULL: all) but, with @keep, the
  * smallest of each heap.  The bytes given back.  No lock held. */
 size_t rdmalloc_give_back_idle(const struct rdmalloc_heap *heap, int keep);
+/* Whether a give-back skipped a chunk idle but for a walk on it since the
+ * last call: then every heap's idle chunks are to be looked at again. */
+int rdmalloc_give_back_skipped(void);
 
 /* In a fork child (no lock): the give-backs and take-backs a commit
  * stopped waiting for were the parent's threads'. */

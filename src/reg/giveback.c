@@ -32,10 +32,25 @@
  * back), not a byte committed, nothing on it.  A plain chunk of an
  * on-demand heap, or an ODP one, gave its pages back as they were
  * decommitted. */
-static int idle(const struct rdmalloc_chunk *c)
+static int idle_but_for_busy(const struct rdmalloc_chunk *c)
 {
 	return c->state == RDMALLOC_CHUNK_LIVE && !rdmalloc_spec_odp(c->spec) && c->held && c->committed == 0 &&
-	       !c->busy && !c->pins && !c->fresh && !c->big;
+	       !c->pins && !c->fresh && !c->big;
+}
+
+static int idle(const struct rdmalloc_chunk *c)
+{
+	return idle_but_for_busy(c) && !c->busy;
+}
+
+/* A give-back skipped a chunk idle but for a walk or a first use on it
+ * (busy), and no decommit comes for it again: the background tick looks
+ * again (rdmalloc_give_back_skipped). */
+static atomic_int skipped_busy;
+
+int rdmalloc_give_back_skipped(void)
+{
+	return atomic_exchange_explicit(&skipped_busy, 0, memory_order_acq_rel);
 }
 
 /* Mark @c to be given back and chain it on *@batch; count the PDs it is
@@ -63,9 +78,12 @@ static struct rdmalloc_chunk *choose_idle(const struct rdmalloc_heap *heap, int 
 			if (c->heap == heap && idle(c) && (!kept || c->map_size < kept->map_size))
 				kept = c;
 	}
-	for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next)
+	for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next) {
 		if ((!heap || c->heap == heap) && c != kept && idle(c))
 			mark_giving(c, &batch);
+		else if (c->busy && idle_but_for_busy(c))
+			atomic_store_explicit(&skipped_busy, 1, memory_order_release);
+	}
 	return batch;
 }
 

@@ -1103,8 +1103,7 @@ Test(giveback, two_forks_keep_purges_stopped_until_both_end, .init = setup_no_re
  * next trim or relief.  The background tick gives back what is idle. */
 static void *attach_pd1(void *arg)
 {
-	(void)arg;
-	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	*(int *)arg = rdma_malloc_attach_pd(fake_pd(1)); /* checked by the test's thread */
 	return NULL;
 }
 
@@ -1118,13 +1117,15 @@ Test(giveback, a_chunk_idle_while_a_walk_held_it_goes_later, .init = setup_no_re
 	cr_assert_geq(stats().chunks, 2, "the test wants two chunks at least");
 	fake_block_next_reg_on(fake_pd(1));
 	pthread_t t;
-	pthread_create(&t, NULL, attach_pd1, NULL);
+	int attached = -1;
+	pthread_create(&t, NULL, attach_pd1, &attached);
 	fake_wait_blocked(); /* the attach registers a chunk: busy */
 	for (int i = 0; i < N; i++)
 		rdma_free(b[i]);
 	sleep_ms(1500); /* jemalloc's decay decommits every page, ticked */
 	fake_release_reg();
 	pthread_join(t, NULL);
+	cr_assert_eq(attached, 0);
 	struct rdma_malloc_stats st = stats();
 	for (int i = 0; i < 50 && st.chunks > 1; i++) {
 		sleep_ms(100); /* no call into the library but the stats */
