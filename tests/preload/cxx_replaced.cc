@@ -35,7 +35,8 @@ static void unmake(void *p, const char *who)
 {
 	if (!p)
 		return;
-	char *h = static_cast<char *>(p) - 64;
+	char *volatile header = static_cast<char *>(p) - 64; /* gcc -O3 follows p to the object */
+	char *h = header;
 	std::uint64_t m;
 	std::memcpy(&m, h + 56, 8);
 	if (m != MAGIC) {
