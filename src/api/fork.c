@@ -37,6 +37,7 @@
 #include "lock.h"
 #include "log.h"
 #include "mw.h"
+#include "nocancel.h"
 #include "os.h"
 #include "pd.h"
 #include "reserve.h"
@@ -106,7 +107,7 @@ static void outer_prepare(void)
 	/* fork() is no cancellation point, and a thread cancelled in one of
 	 * our waits would unwind holding our locks: off until the end of the
 	 * fork (outer_parent, outer_child). */
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fork_cancel);
+	fork_cancel = rdmalloc_cancel_off();
 	/* INIT first: fork() waits for a lazy initialisation under way, and
 	 * its holder opens FILEs (libibverbs reads its configuration). */
 	rdmalloc_locks_prepare(RDMALLOC_LOCKS_FIRST);
@@ -158,7 +159,7 @@ static void outer_parent(void)
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_OUTER);
 	rdmalloc_stdio_fork_parent();
 	rdmalloc_locks_parent(RDMALLOC_LOCKS_FIRST);
-	pthread_setcancelstate(fork_cancel, NULL);
+	rdmalloc_cancel_on(fork_cancel);
 }
 
 /* The child has one thread, and none of the parent's registrations: each
@@ -177,7 +178,7 @@ static void outer_child(void)
 	rdmalloc_locks_child(RDMALLOC_LOCKS_OUTER);
 	rdmalloc_stdio_fork_child();
 	rdmalloc_locks_child(RDMALLOC_LOCKS_FIRST);
-	pthread_setcancelstate(fork_cancel, NULL);
+	rdmalloc_cancel_on(fork_cancel);
 }
 
 static void register_inner(void)

@@ -49,6 +49,7 @@
 #include "jemalloc.h"
 #include "lock.h"
 #include "log.h"
+#include "nocancel.h"
 #include "options.h"
 #include "freed.h"
 #include "os.h"
@@ -904,10 +905,9 @@ static int heap_destroy(struct rdmalloc_heap *h);
  * the HEAP lock, or its heap marked as being destroyed. */
 int rdmalloc_heap_destroy(struct rdmalloc_heap *h)
 {
-	int cancel;
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	int cancel = rdmalloc_cancel_off();
 	int err = heap_destroy(h);
-	pthread_setcancelstate(cancel, NULL);
+	rdmalloc_cancel_on(cancel);
 	return err;
 }
 
@@ -982,8 +982,7 @@ void rdmalloc_heap_purge(rdma_heap_t *heap)
  * worked on for ever. */
 static size_t trim(enum purge_how how)
 {
-	int cancel;
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	int cancel = rdmalloc_cancel_off();
 	uint64_t deadline = how == PURGE_RELIEF ? rdmalloc_now_ns() + rdmalloc_fill_wait_ns : 0;
 	/* The calling thread's caches hold freed blocks jemalloc counts as in
 	 * use: flushed first, so that their pages can go too. */
@@ -1011,7 +1010,7 @@ static size_t trim(enum purge_how how)
 		rdmalloc_chunks_give_back(h);
 		purge_end(h);
 	}
-	pthread_setcancelstate(cancel, NULL);
+	rdmalloc_cancel_on(cancel);
 	return (size_t)(atomic_load(&rdmalloc_counters.bytes_given_back) - before);
 }
 

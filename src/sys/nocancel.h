@@ -9,7 +9,8 @@
  * the library with their locks held, and every later allocation would wait
  * for ever.  Each such call runs with cancellation disabled: a pending
  * cancellation acts at the thread's next cancellation point
- * (tests/preload/cancel.c).  The verbs calls do the same (verbs.c).
+ * (tests/preload/cancel.c).  The verbs calls (verbs.c), a fork (fork.c),
+ * a trim and a heap's destruction (heap.c) run so throughout.
  */
 #ifndef RDMALLOC_NOCANCEL_H
 #define RDMALLOC_NOCANCEL_H

@@ -14,6 +14,7 @@
 #include "job.h"
 #include "lock.h"
 #include "log.h"
+#include "nocancel.h"
 #include "os.h"
 #include "counters.h"
 
@@ -432,7 +433,7 @@ static void count_in(int wait, int *cancel)
 	*cancel = PTHREAD_CANCEL_ENABLE; /* unused unless this is the outermost */
 	if (counted++)
 		return;
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel);
+	*cancel = rdmalloc_cancel_off();
 	rdmalloc_lock(RDMALLOC_LOCK_VERBS);
 	if (wait && forking) {
 		parked++;
@@ -454,7 +455,7 @@ static void count_out(int cancel)
 	if (!--under_way && forking)
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_VERBS);
 	rdmalloc_unlock(RDMALLOC_LOCK_VERBS);
-	pthread_setcancelstate(cancel, NULL);
+	rdmalloc_cancel_on(cancel);
 }
 
 /* Around every call into the table but the posts on the program's queue
