@@ -63,12 +63,12 @@ static void left_plain(const struct rdmalloc_chunk *c, int err)
 			  c->size, rdmalloc_refusal_text(err));
 }
 
-/* The mapping of a chunk of @size aligned to @align: huge pages (@huge;
- * *@map_size and *@kind say what it got), or 4 KiB pages with @tail bytes
- * of address space past @size. */
-static void *map_chunk(size_t size, size_t tail, size_t align, int huge, size_t *map_size, int *kind)
+/* The mapping of a chunk of @size aligned to @align: huge pages (@huge,
+ * 1 GiB ones unless @no_1g; *@map_size and *@kind say what it got), or
+ * 4 KiB pages with @tail bytes of address space past @size. */
+static void *map_chunk(size_t size, size_t tail, size_t align, int huge, int no_1g, size_t *map_size, int *kind)
 {
-	return huge ? rdmalloc_huge_map(size, align, map_size, kind)
+	return huge ? rdmalloc_huge_map(size, align, no_1g, map_size, kind)
 		    : rdmalloc_os_map_aligned(size + tail, align, RDMALLOC_OS_PAGES);
 }
 
@@ -89,7 +89,8 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 {
 	int huge = (spec->flags & RDMA_HEAP_HUGEPAGES) != 0;
 	/* What the limit counts: the mapping, which for huge pages is rounded
-	 * up to whole 2 MiB pages (a 1 GiB-page chunk is recounted below). */
+	 * up to whole 2 MiB pages (a chunk on 1 GiB pages holds the rest
+	 * below, or goes on smaller pages). */
 	size_t want = huge ? rdmalloc_huge_round(size, RDMALLOC_PAGES_2M) : size;
 	if (want < size) {
 		errno = ENOMEM;
@@ -138,13 +139,28 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	 * that the auto map marks all of it and free() of a block there takes
 	 * the fast path (addrmap.h): address space only, never touched. */
 	size_t tail = spec->auto_cache && !huge ? align_up(size, RDMALLOC_GRANULE) - size : 0;
-	void *p = map_chunk(size, tail, align, huge, &map_size, &kind);
+	void *p = map_chunk(size, tail, align, huge, 0, &map_size, &kind);
 	if (!p && !for_r && rdmalloc_pressure(errno)) {
 		if (rdmalloc_relieve()) /* address space went back: once more */
-			p = map_chunk(size, tail, align, huge, &map_size, &kind);
+			p = map_chunk(size, tail, align, huge, 0, &map_size, &kind);
 		int e = errno;
 		rdmalloc_relief_end();
 		errno = e;
+	}
+	if (p && held && map_size > want) { /* 1 GiB pages: held whole, or not used */
+		rdmalloc_chunk_lock();
+		int more = rdmalloc_hold(map_size - want);
+		if (more && for_r)
+			for_r->fill_held = map_size;
+		rdmalloc_chunk_unlock();
+		if (more) {
+			want = map_size;
+		} else {
+			rdmalloc_os_unmap(p, map_size);
+			map_size = size;
+			kind = RDMALLOC_PAGES_4K;
+			p = map_chunk(size, tail, align, huge, 1, &map_size, &kind);
+		}
 	}
 	if (p)
 		c->tail = tail;

@@ -109,12 +109,12 @@ static void *hugetlb_map(size_t len, size_t align, enum rdmalloc_os_pages pages)
 	return rdmalloc_os_map_aligned(len, align, pages);
 }
 
-void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind)
+void *rdmalloc_huge_map(size_t size, size_t align, int no_1g, size_t *map_size, int *kind)
 {
 	if (align < SZ_2M)
 		align = SZ_2M;
 	int err = 0;
-	if (size >= SZ_1G) {
+	if (size >= SZ_1G && !no_1g) {
 		size_t len = rdmalloc_huge_round(size, RDMALLOC_PAGES_1G);
 		void *p = len ? hugetlb_map(len, align, RDMALLOC_OS_HUGE_1G) : NULL;
 		if (p) {

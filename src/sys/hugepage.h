@@ -16,13 +16,13 @@ enum rdmalloc_page_kind {
 
 /*
  * Map a chunk of at least @size bytes aligned to @align (>= 2 MiB) on huge
- * pages: explicit 1 GiB pages for chunks of 1 GiB or more, explicit 2 MiB
- * pages, transparent huge pages, 4 KiB pages, in that order; each fallback
+ * pages: explicit 1 GiB pages for chunks of 1 GiB or more (unless @no_1g),
+ * explicit 2 MiB pages, transparent huge pages, 4 KiB pages, in that order; each fallback
  * is logged once and counted.  *@map_size gets the bytes mapped (@size
  * rounded up to whole pages of the kind used), *@kind the kind.  NULL with
  * errno when not even plain memory could be mapped.
  */
-void *rdmalloc_huge_map(size_t size, size_t align, size_t *map_size, int *kind);
+void *rdmalloc_huge_map(size_t size, size_t align, int no_1g, size_t *map_size, int *kind);
 
 /* @size rounded up to whole pages of @kind (SIZE_MAX rounds to 0: caller checks). */
 RDMALLOC_TESTABLE size_t rdmalloc_huge_round(size_t size, int kind);

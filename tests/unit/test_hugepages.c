@@ -269,3 +269,66 @@ Test(hugepages, limit_counts_the_mapping, .init = cr_redirect_stderr)
 	cr_assert_leq(st.chunk_bytes, 40 * MiB, "held %lu bytes past the limit", (unsigned long)st.chunk_bytes);
 	cr_assert_gt(st.limit_refusals, 0);
 }
+
+/* 1 GiB pages, reserved for the test where it may (root): restored after. */
+#define GIB_PAGES "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+static long gib_pages_before = -1;
+
+/* The pool's size, after setting it to @set first unless @set < 0. */
+static long gib_pages(long set)
+{
+	FILE *f;
+	if (set >= 0) {
+		if (!(f = fopen(GIB_PAGES, "w")))
+			return -1;
+		int ok = fprintf(f, "%ld\n", set) > 0;
+		if (fclose(f) != 0 || !ok)
+			return -1;
+	}
+	long n = -1;
+	if (!(f = fopen(GIB_PAGES, "r")))
+		return -1;
+	if (fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	fclose(f);
+	return n;
+}
+
+static void gib_pages_restore(void)
+{
+	if (gib_pages_before >= 0)
+		gib_pages(gib_pages_before);
+}
+
+/* RDMALLOC_MAX_REGISTERED counts a chunk on 1 GiB pages whole: one that
+ * would pass it goes on 2 MiB pages (or their fallbacks) instead. */
+Test(hugepages, limit_counts_a_1g_mapping, .init = cr_redirect_stderr, .fini = gib_pages_restore)
+{
+	gib_pages_before = gib_pages(-1);
+	if (gib_pages_before < 0 || gib_pages(gib_pages_before + 2) < gib_pages_before + 2)
+		cr_skip_test("cannot reserve two 1 GiB huge pages (%s)", GIB_PAGES);
+	setenv("RDMALLOC_MAX_REGISTERED", "1536M", 1);
+	fake_verbs_install(1);
+	/* Within the limit: a chunk of 1 GiB on one 1 GiB page. */
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE,
+								   .flags = RDMA_HEAP_HUGEPAGES });
+	void *p = rdma_heap_malloc(h, 1024 * MiB);
+	cr_assert(p, "rdma_heap_malloc: %s", strerror(errno));
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
+	cr_assert(c && c->page_kind == RDMALLOC_PAGES_1G && c->map_size == 1024 * MiB, "not on a 1 GiB page");
+	cr_assert_eq(stats().chunk_bytes, 1024 * MiB);
+	rdma_free(p);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(stats().chunk_bytes, 0);
+	/* 1 GiB + 64 MiB: two 1 GiB pages would pass the limit. */
+	h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .flags = RDMA_HEAP_HUGEPAGES });
+	p = rdma_heap_malloc(h, 1088 * MiB);
+	cr_assert(p, "rdma_heap_malloc: %s", strerror(errno));
+	struct rdma_malloc_stats st = stats();
+	cr_assert_leq(st.chunk_bytes, 1536 * MiB, "held %lu bytes past the limit", (unsigned long)st.chunk_bytes);
+	c = rdmalloc_addrmap_find(p);
+	cr_assert(c && c->page_kind != RDMALLOC_PAGES_1G && c->map_size == 1088 * MiB, "kind %d, %zu bytes mapped",
+		  c ? c->page_kind : -1, c ? c->map_size : 0);
+	rdma_free(p);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
