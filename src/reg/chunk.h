@@ -30,11 +30,17 @@ struct rdmalloc_reg {
 	_Atomic(struct ibv_pd *) pd;
 	_Atomic(struct ibv_mr *) mr;
 	_Atomic uint64_t keys; /* lkey << 32 | rkey */
-	unsigned access;  /* the flags it was registered with (PD-lock holders and its creator) */
+	unsigned access;  /* the flags it was registered with (PD-lock holders and its creator), or
+			   * RDMALLOC_REG_BROKEN */
 	unsigned stamp;   /* rdmalloc_rereg_stamp when registered (rereg.c) */
 	unsigned windows; /* memory windows allocated on it (PD lock): it may not be replaced */
 	_Atomic unsigned seq; /* odd while its PD changes: lock-free readers check it (keys.c) */
 };
+
+/* The access of a region a failed ibv_rereg_mr left unusable: no heap's,
+ * so that every change of access or resync replaces it; no IBV_ACCESS_*
+ * bit (no window may be bound on it). */
+#define RDMALLOC_REG_BROKEN (1u << 31)
 
 static inline uint32_t rdmalloc_keys_lkey(uint64_t keys)
 {
@@ -394,7 +400,8 @@ int rdmalloc_chunks_pinned(const struct rdmalloc_heap *heap);
  * deregistering the old region.  @stamp marks registrations already done.
  * Reports changed keys through @cb (called with the PD lock held: the
  * caller records them, and tells the program after unlocking); *@changed
- * counts them.  0 or the errno of the first failure (what was done is left
+ * counts them, and regions a failed ibv_rereg_mr left unusable
+ * (RDMALLOC_REG_BROKEN, replaced by a later call).  0 or the errno of the first failure (what was done is left
  * done: the caller reverts).  The caller holds the PD lock.
  */
 int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_keys, unsigned stamp,

@@ -419,9 +419,13 @@ static int rereg_one(struct rdmalloc_chunk *c, unsigned i, unsigned access, int 
 		     rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed)
 {
 	uint64_t old, now;
+	int broken = c->reg[i].access == RDMALLOC_REG_BROKEN;
 	int err = rdmalloc_region_change_access(c, i, access, new_keys, stamp, &old, &now);
-	if (err)
+	if (err) {
+		if (!broken && c->reg[i].access == RDMALLOC_REG_BROKEN)
+			(*changed)++; /* its keys stopped working: the generation says so */
 		return err;
+	}
 	if (now != old) {
 		STAT_INC(key_changes);
 		(*changed)++;

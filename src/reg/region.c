@@ -150,8 +150,8 @@ int rdmalloc_region_change_access(struct rdmalloc_chunk *c, unsigned i, unsigned
 	struct ibv_pd *pd = atomic_load_explicit(&r->pd, memory_order_relaxed);
 	struct ibv_mr *mr = atomic_load_explicit(&r->mr, memory_order_relaxed);
 	*old = atomic_load_explicit(&r->keys, memory_order_relaxed);
-	int broken = 0;
-	if (!new_keys && !implicit_odp(c)) { /* never change a shared region in place */
+	int broken = r->access == RDMALLOC_REG_BROKEN;
+	if (!new_keys && !implicit_odp(c) && !broken) { /* never change a shared region in place */
 		int err = rdmalloc_rereg_access(mr, access, &broken);
 		if (!err) {
 			publish(r, mr, access, stamp);
@@ -165,9 +165,13 @@ int rdmalloc_region_change_access(struct rdmalloc_chunk *c, unsigned i, unsigned
 	struct ibv_mr *fresh = reg_mr(c, pd, access);
 	if (!fresh) {
 		int err = errno ? errno : ENOMEM;
-		if (broken)
+		if (broken && r->access != RDMALLOC_REG_BROKEN) {
+			/* Replaced by the undoing, or by the next change or resync. */
+			r->access = RDMALLOC_REG_BROKEN;
 			rdmalloc_log(RDMALLOC_LOG_ERROR, "a region of chunk %p is unusable after a failed "
-				     "ibv_rereg_mr and could not be replaced: %s", (void *)c->base, rdmalloc_strerror(err));
+				     "ibv_rereg_mr and could not be replaced yet: %s", (void *)c->base,
+				     rdmalloc_strerror(err));
+		}
 		return err;
 	}
 	publish(r, fresh, access, stamp);

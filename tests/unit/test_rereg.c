@@ -222,6 +222,37 @@ Test(rereg, failure_is_undone, .init = cr_redirect_stderr)
 	cr_assert_eq(r.stale, 0);
 }
 
+/* ibv_rereg_mr fails with a command error, which leaves the region
+ * unusable, and its replacement fails too: the undoing replaces it, with
+ * the old flags and new keys reported; where that fails as well, the next
+ * call does (the published region is never one the device has broken). */
+Test(rereg, a_broken_region_is_replaced_by_the_undoing, .init = cr_redirect_stderr)
+{
+	make_heap();
+	uint64_t gen = rdma_heap_key_generation(heap);
+	fake_set_rereg(FAKE_REREG_BROKEN);
+	fake_fail_reg_errno(EIO);
+	fake_fail_reg(fake_reg_calls() + 1, 1); /* the first replacement */
+	struct report r = { 0 };
+	cr_assert_eq(rdma_heap_set_access(heap, LW | RR, 0, on_change, &r), EIO);
+	cr_assert_eq(rdma_heap_access(heap), LW | RR | RW, "the heap keeps its old flags");
+	check_regions(ptr, NCH, fake_pd(0), LW | RR | RW);
+	check_regions(ptr, NCH, fake_pd(1), LW | RR | RW);
+	cr_assert_eq(r.calls, 1, "%d key changes reported, want the broken region's", r.calls);
+	cr_assert_eq(r.stale, 0);
+	cr_assert_neq(rdma_heap_key_generation(heap), gen);
+	/* The replacement and the undoing's both fail: the next call mends it. */
+	fake_fail_reg(fake_reg_calls() + 1, 2);
+	gen = rdma_heap_key_generation(heap);
+	cr_assert_eq(rdma_heap_set_access(heap, LW | RR, 0, NULL, NULL), EIO);
+	cr_assert_neq(rdma_heap_key_generation(heap), gen, "keys stopped working, the generation stayed");
+	fake_fail_reg(0, 0);
+	cr_assert_eq(rdma_heap_access(heap), LW | RR | RW);
+	cr_assert_eq(rdma_heap_set_access(heap, LW | RR | RW, 0, NULL, NULL), 0);
+	check_regions(ptr, NCH, fake_pd(0), LW | RR | RW);
+	check_regions(ptr, NCH, fake_pd(1), LW | RR | RW);
+}
+
 Test(rereg, bad_arguments)
 {
 	rdma_heap_t *h = rdma_heap_create(NULL);
