@@ -35,7 +35,7 @@ static rdma_heap_t *heap_create(const struct rdma_heap_attr *attr)
 		return NULL;
 	}
 	if (flags & RDMA_HEAP_ODP) {
-		int e = rdmalloc_odp_supported(rdmalloc_pd_default(), access, (flags & RDMA_HEAP_ODP_IMPLICIT) != 0);
+		int e = rdmalloc_pd_odp_supported(access, (flags & RDMA_HEAP_ODP_IMPLICIT) != 0);
 		if (e) {
 			errno = e;
 			return NULL;

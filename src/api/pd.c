@@ -54,6 +54,19 @@ int rdmalloc_pd_attached(const struct ibv_pd *pd)
 	return 0;
 }
 
+int rdmalloc_pd_odp_supported(unsigned access, int implicit)
+{
+	int err = 0;
+	rdmalloc_pd_lock();
+	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS && !err; s++) {
+		struct ibv_pd *pd = rdmalloc_pd_at(s);
+		if (pd)
+			err = rdmalloc_odp_supported(pd, access, implicit);
+	}
+	rdmalloc_pd_unlock();
+	return err;
+}
+
 void rdmalloc_pd_forget(void)
 {
 	atomic_store_explicit(&default_pd, NULL, memory_order_relaxed);

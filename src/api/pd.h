@@ -12,6 +12,10 @@ struct ibv_pd *rdmalloc_pd_default(void);
 unsigned rdmalloc_pd_count(void);
 /* Whether @pd is attached (a lock-free read). */
 int rdmalloc_pd_attached(const struct ibv_pd *pd);
+/* 0 when the device of every attached PD (none: 0) has the on-demand
+ * paging an ODP heap of @access (@implicit: RDMA_HEAP_ODP_IMPLICIT) needs,
+ * else EOPNOTSUPP (rdmalloc_odp_supported). */
+int rdmalloc_pd_odp_supported(unsigned access, int implicit);
 /* Attach or detach with the PD lock held by the caller (the drop-in's
  * elision, which decides and attaches or detaches in one critical
  * section). */

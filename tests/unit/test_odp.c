@@ -104,6 +104,25 @@ Test(odp, device_without_odp_is_refused, .init = setup_said)
 	rdma_free(p);
 }
 
+/* Every attached PD's device is asked, not the default PD's only: with the
+ * default detached and another attached, a device without ODP refuses. */
+Test(odp, every_attached_pd_is_asked, .init = setup_said)
+{
+	fake_set_odp(0, 0);
+	struct ibv_pd *def = rdma_malloc_default_pd();
+	cr_assert(def);
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	cr_assert_eq(rdma_malloc_detach_pd(def), 0);
+	errno = 0;
+	cr_assert_null(odp_heap(LW | RR | RW), "an ODP heap on a device without ODP");
+	cr_assert_eq(errno, EOPNOTSUPP, "%s", strerror(errno));
+	/* No PD attached at all: created, as without a device. */
+	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(1)), 0);
+	rdma_heap_t *h = odp_heap(LW | RR | RW);
+	cr_assert(h, "%s", strerror(errno));
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
+
 Test(odp, chunks_are_registered_on_demand)
 {
 	fake_set_odp(IBV_ODP_SUPPORT, ALL_RC);
