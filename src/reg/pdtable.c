@@ -23,12 +23,14 @@
 #include "implicit.h"
 #include "lock.h"
 #include "log.h"
+#include "os.h"
 #include "region.h"
 #include "reserve.h"
 
 static _Atomic(struct ibv_pd *) pds[RDMA_MALLOC_MAX_PDS]; /* the PD table: PD i registers chunks' reg[i] */
 static unsigned pds_filling;              /* indexes an attach is filling */
 static int attach_closing;                 /* an attach finishes: creators wait (rdmalloc_chunks_attach) */
+static int attach_late;                    /* a creator stopped waiting for it: no other waits */
 static unsigned long reg_gen;             /* bumped when the PD table or a heap's access changes */
 static unsigned pd_users[RDMA_MALLOC_MAX_PDS]; /* creators that may register with PD i */
 _Atomic unsigned rdmalloc_pd_slot_use[RDMA_MALLOC_MAX_PDS]; /* chunk.h: HANDED, CLOSING */
@@ -97,8 +99,23 @@ int rdmalloc_register_steady(struct rdmalloc_chunk *c, unsigned *used)
 	for (;;) {
 		struct ibv_pd *want[RDMA_MALLOC_MAX_PDS];
 		rdmalloc_chunk_lock();
-		while (attach_closing) /* an attach finishes first (rdmalloc_chunks_attach) */
-			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		/* An attach finishes first (rdmalloc_chunks_attach), but for
+		 * so long only (reserve.h): its registration may wait for a
+		 * lock this thread holds.  Going on is safe, as for a creator
+		 * already past this point: the attach registers this chunk
+		 * too, or the PD table changes and reg_gen says so. */
+		uint64_t deadline = 0;
+		int late = 0;
+		while (attach_closing && !attach_late) {
+			uint64_t now = rdmalloc_now_ns();
+			if (!deadline) {
+				deadline = now + rdmalloc_fill_wait_ns;
+			} else if (now >= deadline) {
+				attach_late = late = 1;
+				break;
+			}
+			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+		}
 		unsigned long gen = reg_gen;
 		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 			want[s] = rdmalloc_pd_at(s);
@@ -108,6 +125,8 @@ int rdmalloc_register_steady(struct rdmalloc_chunk *c, unsigned *used)
 			}
 		}
 		rdmalloc_chunk_unlock();
+		if (late)
+			rdmalloc_reserve_wait_timed_out("an attach of a PD to finish");
 		int err = rdmalloc_region_sync(c, want);
 		if (err)
 			return err;
@@ -221,7 +240,7 @@ static size_t owed(unsigned i, struct ibv_pd *pd)
 static void attach_open(int *closing)
 {
 	if (*closing) {
-		attach_closing = 0;
+		attach_closing = attach_late = 0;
 		*closing = 0;
 		rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
 	}

@@ -140,15 +140,29 @@ void fake_block_next_dereg(void)
 /* Hold this call up if a block is armed for its kind (@dereg) and PD. */
 static int hold_on; /* fake_hold_regs_off: armed */
 static pthread_t hold_owner;
-static unsigned hold_waiting;
+static unsigned hold_waiting, hold_waiting_now, hold_pass;
 
-void fake_hold_regs_off(pthread_t owner)
+void fake_hold_regs_off_after(pthread_t owner, unsigned pass)
 {
 	pthread_mutex_lock(&block_mu);
 	hold_on = 1;
 	hold_owner = owner;
 	hold_waiting = 0;
+	hold_pass = pass;
 	pthread_mutex_unlock(&block_mu);
+}
+
+void fake_hold_regs_off(pthread_t owner)
+{
+	fake_hold_regs_off_after(owner, 0);
+}
+
+unsigned fake_held_now(void)
+{
+	pthread_mutex_lock(&block_mu);
+	unsigned n = hold_waiting_now;
+	pthread_mutex_unlock(&block_mu);
+	return n;
 }
 
 unsigned fake_release_held(void)
@@ -164,10 +178,14 @@ unsigned fake_release_held(void)
 static void maybe_block(int dereg, struct ibv_pd *pd)
 {
 	pthread_mutex_lock(&block_mu);
-	if (!dereg && hold_on && !pthread_equal(pthread_self(), hold_owner)) {
+	if (!dereg && hold_on && !pthread_equal(pthread_self(), hold_owner) && hold_pass) {
+		hold_pass--;
+	} else if (!dereg && hold_on && !pthread_equal(pthread_self(), hold_owner)) {
 		hold_waiting++;
+		hold_waiting_now++;
 		while (hold_on)
 			pthread_cond_wait(&block_cv, &block_mu);
+		hold_waiting_now--;
 	}
 	if (block_state == 1 && block_dereg == dereg && (!block_pd || block_pd == pd)) {
 		block_state = 2;

@@ -88,6 +88,10 @@ void fake_block_next_reg_on(struct ibv_pd *pd);
  * holds (a provider's, taken by the program before it called malloc).
  * fake_release_held() returns how many waited. */
 void fake_hold_regs_off(pthread_t owner);
+/* The same, but the next @pass registrations of other threads go through;
+ * fake_held_now(): how many wait at this moment. */
+void fake_hold_regs_off_after(pthread_t owner, unsigned pass);
+unsigned fake_held_now(void);
 unsigned fake_release_held(void);
 /* The same for the next deregistration (fake_wait_blocked, fake_release_reg). */
 void fake_block_next_dereg(void);

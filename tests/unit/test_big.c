@@ -30,6 +30,7 @@
 #include "verbs.h"
 #include "rdma_malloc.h"
 #include "clock_now.h"
+#include "watchdog.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -235,6 +236,63 @@ Test(big, attach_ends_while_chunks_are_made)
 	cr_assert_eq(st.chunks * 2, st.mrs, "chunks %llu, regions %llu: one without the new PD",
 		     (unsigned long long)st.chunks, (unsigned long long)st.mrs);
 	cr_assert_eq(rdma_malloc_detach_pd(fake_pd(1)), 0);
+}
+
+static void *attach_pd1(void *arg)
+{
+	*(int *)arg = rdma_malloc_attach_pd(fake_pd(1));
+	return NULL;
+}
+
+static void let_held_go(void)
+{
+	fake_release_held();
+}
+
+/* A creator waits for a closing attach only so long: the attach's last
+ * registration may wait for a lock the creating thread holds (a
+ * provider's, taken before it called malloc), and both would wait for
+ * ever.  After the wait it goes on, and the attach registers its chunk. */
+Test(big, a_creator_stops_waiting_for_a_closing_attach, .init = cr_redirect_stderr)
+{
+	setenv("RDMALLOC_RESERVE", "0", 1);
+	setup();
+	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
+	void *p0 = rdma_malloc(3 * MiB);
+	cr_assert(p0);
+	unsigned owed = (unsigned)stats().chunks;
+	fake_block_next_reg_on(fake_pd(1));
+	int attached = -1;
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, attach_pd1, &attached), 0);
+	fake_wait_blocked(); /* its first registration, of those it owes */
+	void *p1 = rdma_malloc(5 * MiB); /* a chunk it does not owe */
+	cr_assert(p1);
+	/* This thread now holds the provider's lock: the attach's first
+	 * registration past what it owed (attach_closing set) waits for it. */
+	fake_hold_regs_off_after(pthread_self(), owed - 1);
+	fake_release_reg();
+	double t0 = now_s();
+	while (!fake_held_now())
+		cr_assert_lt(now_s() - t0, 10.0, "the attach never reached a chunk it did not owe");
+	struct watchdog w;
+	cr_assert_eq(watchdog_start(&w, let_held_go), 0);
+	void *p2 = rdma_malloc(7 * MiB);
+	int fired = watchdog_done(&w);
+	cr_assert(!fired, "the allocation waited for the attach, which waited for it");
+	cr_assert(p2, "%s", strerror(errno));
+	pthread_join(t, NULL);
+	cr_assert_eq(attached, 0);
+	cr_assert_geq(stats().reserve_wait_timeouts, 1);
+	struct rdma_malloc_stats st = stats();
+	cr_assert_eq(st.chunks * 2, st.mrs, "chunks %llu, regions %llu: one without the new PD",
+		     (unsigned long long)st.chunks, (unsigned long long)st.mrs);
+	void *ps[] = { p0, p1, p2 };
+	for (int i = 0; i < 3; i++) {
+		uint32_t l;
+		cr_assert_eq(rdma_malloc_keys(ps[i], 1, fake_pd(1), &l, NULL), 0);
+		rdma_free(ps[i]);
+	}
 }
 
 /* Big blocks of sizes that never repeat, freed as fast as they are made:
