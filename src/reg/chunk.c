@@ -464,11 +464,29 @@ int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size)
 	return 0;
 }
 
-size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r)
+/* The last ready chunk a relief stopped waiting for: not waited for again. */
+static struct rdmalloc_chunk *busy_late;
+
+size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r, int *skipped)
 {
 	rdmalloc_chunk_lock();
-	while (r->ready && r->ready->busy) /* an attach or a detach works on it */
-		rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+	uint64_t deadline = 0;
+	while (r->ready && r->ready->busy) { /* an attach or a detach works on it */
+		if (skipped) { /* a relief: for so long only (reserve.h) */
+			uint64_t now = rdmalloc_now_ns();
+			if (!deadline)
+				deadline = now + rdmalloc_fill_wait_ns;
+			if (r->ready == busy_late || now >= deadline) {
+				*skipped = r->ready == busy_late ? 1 : 2;
+				busy_late = r->ready;
+				rdmalloc_chunk_unlock();
+				return 0;
+			}
+			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+		} else {
+			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		}
+	}
 	struct rdmalloc_chunk *c = r->ready;
 	if (!c) {
 		rdmalloc_chunk_unlock();

@@ -213,7 +213,7 @@ static void drop_ready(struct rdmalloc_reserve *r)
 {
 	work_started(r, SIZE_MAX);
 	rdmalloc_chunk_unlock();
-	rdmalloc_chunk_drop_reserve(r);
+	rdmalloc_chunk_drop_reserve(r, NULL);
 	rdmalloc_chunk_lock();
 	work_ended(r);
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK);
@@ -290,7 +290,7 @@ static void *registrar(void *arg)
 		r->cancelled = 0;
 		rdmalloc_chunk_unlock();
 		if (stale)
-			rdmalloc_chunk_drop_reserve(r);
+			rdmalloc_chunk_drop_reserve(r, NULL);
 		int err = rdmalloc_chunk_fill_reserve(r, size);
 		if (err) {
 			STAT_INC(reserve_skipped);
@@ -351,7 +351,7 @@ void rdmalloc_reserve_close(struct rdmalloc_reserve *r)
 	r->closed = 1;
 	wait_idle(r);
 	rdmalloc_chunk_unlock();
-	rdmalloc_chunk_drop_reserve(r);
+	rdmalloc_chunk_drop_reserve(r, NULL);
 	rdmalloc_chunk_lock();
 	wait_idle(r); /* a relief's drop of the same chunk */
 	unlist(r);
@@ -415,9 +415,10 @@ size_t rdmalloc_reserves_drop(int wait)
 			rdmalloc_reserve_late_locked(working);
 	}
 	size_t bytes = 0;
+	int skipped = 0; /* then busy ready chunks are passed by */
 	for (;;) {
 		struct rdmalloc_reserve *r = reserves;
-		while (r && !r->ready)
+		while (r && (!r->ready || (skipped && r->ready->busy)))
 			r = r->list_next;
 		rdmalloc_chunk_unlock();
 		if (late) {
@@ -426,7 +427,11 @@ size_t rdmalloc_reserves_drop(int wait)
 		}
 		if (!r)
 			return bytes;
-		bytes += rdmalloc_chunk_drop_reserve(r);
+		int skip = 0;
+		bytes += rdmalloc_chunk_drop_reserve(r, &skip);
+		if (skip == 2)
+			rdmalloc_reserve_wait_timed_out("a reserve chunk an attach or a detach works on");
+		skipped |= skip;
 		rdmalloc_chunk_lock();
 	}
 }

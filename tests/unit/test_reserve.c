@@ -760,6 +760,56 @@ Test(reserve, limit_gives_up_the_reserve_first, .init = NULL)
 	check_accounting(1);
 }
 
+static void *attach_pd1(void *arg)
+{
+	*(int *)arg = rdma_malloc_attach_pd(fake_pd(1));
+	return NULL;
+}
+
+/* A relief drops the ready reserve chunk; an attach registering it (the
+ * newest chunk: the first it registers) holds it busy, and that
+ * registration may wait for a lock the relieving thread holds.  The
+ * relief waits for it rdmalloc_fill_wait_ns at most, then goes on
+ * without that chunk's bytes. */
+Test(reserve, relief_stops_waiting_for_a_busy_reserve_chunk, .init = NULL)
+{
+	cr_redirect_stderr();
+	rdma_heap_t *h = grown_thrice_under("12M");
+	cr_assert_eq(stats().reserve_chunks, 1);
+	rdmalloc_fill_wait_ns = 200 * 1000 * 1000;
+	fake_block_next_reg_on(fake_pd(1));
+	int attached = -1;
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, attach_pd1, &attached), 0);
+	fake_wait_blocked(); /* the attach registers the reserve chunk */
+	struct rdma_malloc_stats s0 = stats();
+	watch_start();
+	errno = 0;
+	void *big = rdma_heap_malloc(h, 5 * MiB + MiB / 2); /* over the limit: a relief */
+	int err = errno;
+	struct rdma_malloc_stats s1 = stats();
+	double t0 = now_s();
+	void *again = rdma_heap_malloc(h, 5 * MiB + MiB / 2); /* the chunk still busy: not waited for */
+	double waited = now_s() - t0;
+	struct rdma_malloc_stats s2 = stats();
+	int stuck = watch_done();
+	rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
+	pthread_join(t, NULL);
+	cr_assert(!stuck, "the relief waited for the busy reserve chunk until it was let go (20 s)");
+	cr_assert_null(again);
+	cr_assert_lt(waited, 0.15, "the second relief waited %.3f s for the same chunk", waited);
+	cr_assert_eq(s2.reserve_wait_timeouts, s1.reserve_wait_timeouts);
+	cr_assert_null(big, "allocated although the reserve chunk held its bytes");
+	cr_assert_eq(err, ENOMEM);
+	cr_assert_eq(s1.reserve_wait_timeouts, s0.reserve_wait_timeouts + 1);
+	cr_assert_eq(attached, 0);
+	check_accounting(2);
+	said("stopped waiting for a reserve chunk an attach or a detach works on");
+	big = rdma_heap_malloc(h, 4 * MiB);
+	cr_assert(big, "refused once nothing was busy: %s", strerror(errno));
+	check_accounting(2);
+}
+
 /* A fork child has no registration thread: it grows without waiting for
  * one, and a reserve ready at the fork is handed over in the child. */
 Test(reserve, fork_child_does_not_wait)
