@@ -150,6 +150,8 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 	}
 	if (!err)
 		err = rdmalloc_lookup(ptr, len, qp->pd, &found, &r); /* ENODEV; found is c, pinned */
+	if (!err && r->access == RDMALLOC_REG_BROKEN)
+		err = EIO; /* unusable after a failed ibv_rereg_mr (rdma_heap_set_access) */
 	if (!err && !(r->access & IBV_ACCESS_MW_BIND))
 		err = EPERM;
 	if (!err)

@@ -224,8 +224,9 @@ Test(rereg, failure_is_undone, .init = cr_redirect_stderr)
 
 /* ibv_rereg_mr fails with a command error, which leaves the region
  * unusable, and its replacement fails too: the undoing replaces it, with
- * the old flags and new keys reported; where that fails as well, the next
- * call does (the published region is never one the device has broken). */
+ * the old flags and new keys reported; where that fails as well, the key
+ * generation moves and the next call replaces it (it was passed by for
+ * good, its dead keys published). */
 Test(rereg, a_broken_region_is_replaced_by_the_undoing, .init = cr_redirect_stderr)
 {
 	make_heap();
