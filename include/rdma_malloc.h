@@ -570,7 +570,8 @@ int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd *pd, int wri
  * @type or @access, or the device refused the bind), ENOENT/ERANGE/ENODEV
  * as for rdma_malloc_keys() (under @qp's PD), EPERM (the memory's region
  * lacks IBV_ACCESS_MW_BIND: its heap has neither RDMA_HEAP_MW_BIND nor
- * that access flag), EOPNOTSUPP (the device has no memory windows), ENOMEM,
+ * that access flag), EOPNOTSUPP (the device has no memory windows), EIO
+ * (the region is unusable after a failed rdma_heap_set_access()), ENOMEM,
  * or the errno of the verbs call.  Until rdma_malloc_mw_free(), the region
  * the window is bound on stays: access changes, detaching @qp's PD and
  * destroying the heap are refused with EBUSY.

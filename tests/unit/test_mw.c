@@ -6,6 +6,7 @@
  * the Soft-RoCE guest (tests/e2e/test_modes.c).
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <string.h>
@@ -209,4 +210,26 @@ Test(mw, type2_revoke_needs_its_qp)
 	cr_assert_eq(rdma_malloc_mw_revoke(&qp0, mw, 0, 0), 0);
 	/* Once invalidated, a type 2 window may be bound again (new key). */
 	rdma_malloc_mw_free(mw);
+}
+
+/* A region a failed ibv_rereg_mr left unusable, not replaced yet: no
+ * window is bound on it (EIO, not EPERM: the heap has MW_BIND). */
+Test(mw, no_window_on_a_broken_region, .init = NULL)
+{
+	cr_redirect_stderr();
+	setup();
+	fake_set_rereg(FAKE_REREG_BROKEN);
+	fake_fail_reg_errno(EIO);
+	fake_fail_reg(fake_reg_calls() + 1, 2); /* the replacement, then the undoing's */
+	cr_assert_eq(rdma_heap_set_access(mwheap, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, 0, NULL, NULL),
+		     EIO);
+	fake_fail_reg(0, 0);
+	fake_set_rereg(FAKE_REREG_KEEP_KEYS);
+	errno = 0;
+	cr_assert_null(rdma_malloc_mw_grant(&qp0, buf, 64, IBV_ACCESS_REMOTE_READ, IBV_MW_TYPE_2, 0, 0));
+	cr_assert_eq(errno, EIO, "%s", strerror(errno));
+	cr_assert_eq(rdma_heap_set_access(mwheap, IBV_ACCESS_LOCAL_WRITE, 0, NULL, NULL), 0);
+	struct ibv_mw *mw = rdma_malloc_mw_grant(&qp0, buf, 64, IBV_ACCESS_REMOTE_READ, IBV_MW_TYPE_2, 0, 0);
+	cr_assert(mw, "once replaced: %s", strerror(errno));
+	cr_assert_eq(rdma_malloc_mw_free(mw), 0);
 }
