@@ -677,7 +677,7 @@ int rdma_malloc_mw_free(struct ibv_mw *mw);
 	X(populated_chunks, counter, "chunks of 16 MiB or more whose pages the registration crew faulted in, its threads together, before registering them (RDMALLOC_REG_THREADS)") \
 	X(discarded_bytes, counter, "bytes of free pages given back to the kernel as jemalloc decommits them (the decay time, a trim), their chunk kept: pages nothing pins (ODP heaps, the drop-in's unregistered chunks)") \
 	X(unmap_failures, counter, "munmap calls of the library's own memory the kernel refused (vm.max_map_count): the range stays mapped and held; the first is logged") \
-	X(reserve_wait_timeouts, counter, "waits of an allocation for the reserve's thread, or for an attach or detach of a PD, that stopped after 5 s (its ibv_reg_mr may wait for a lock the allocating thread holds): the allocation went on without that work, never waited for again; the first is logged")
+	X(reserve_wait_timeouts, counter, "waits of an allocation or a trim for the reserve's thread, or for an attach or detach of a PD, that stopped after 5 s (its ibv_reg_mr may wait for a lock the allocating thread holds): the allocation went on without that work, never waited for again; the first is logged")
 
 /*
  * How the stats grow (doc/abi.md): fields are only appended to the list

@@ -256,8 +256,14 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 
 /* @c, its spec's ready reserve chunk, is one no more (taken, dropped or
  * released): out of the reserve stats.  Chunk lock held. */
+/* The last ready chunk a relief or a trim stopped waiting for, while it
+ * stays ready: not waited for again. */
+static struct rdmalloc_chunk *busy_late;
+
 static void unpark(struct rdmalloc_chunk *c)
 {
+	if (c == busy_late) /* its descriptor may be another chunk's next */
+		busy_late = NULL;
 	c->spec->reserve.ready = NULL;
 	STAT_SUB(reserve_bytes, c->map_size);
 	STAT_SUB(reserve_chunks, 1);
@@ -463,9 +469,6 @@ int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size)
 	rdmalloc_chunk_unlock();
 	return 0;
 }
-
-/* The last ready chunk a relief stopped waiting for: not waited for again. */
-static struct rdmalloc_chunk *busy_late;
 
 size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r, int *skipped)
 {

@@ -313,10 +313,11 @@ RDMALLOC_TESTABLE void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
  * value (nothing made; RDMALLOC_MAX_REGISTERED is never relieved for it). */
 int rdmalloc_chunk_fill_reserve(struct rdmalloc_reserve *r, size_t size);
 /* Release @r's ready chunk, if any (reserve_discards): its bytes.  No lock
- * held.  While an attach or a detach works on it, wait; a relief
- * (@skipped not NULL) waits rdmalloc_fill_wait_ns at most, and never again
- * for the same chunk, as the walk's registration may wait for a lock the
- * relieving thread holds: then 0, and *@skipped 2 (1 when not waited for
+ * held.  While an attach or a detach works on it, wait; a relief or a
+ * trim (@skipped not NULL: rdmalloc_reserves_drop) waits
+ * rdmalloc_fill_wait_ns at most, and never again for the same chunk while
+ * it stays ready, as the walk's registration may wait for a lock the
+ * calling thread holds: then 0, and *@skipped 2 (1 when not waited for
  * again). */
 size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r, int *skipped);
 

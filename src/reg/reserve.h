@@ -134,8 +134,9 @@ void rdmalloc_reserve_fork_child_reopen(struct rdmalloc_reserve *r);
 
 /* Closes waiting for the thread's work on their reserve (tests). */
 RDMALLOC_TESTABLE unsigned rdmalloc_reserve_closes_waiting(void);
-/* Memory pressure or a trim: release every ready chunk (reserve_discards)
- * and forget the queue; chunks being made are dropped when made, or, with
+/* Memory pressure or a trim: release every ready chunk (reserve_discards;
+ * one an attach or a detach works on is waited for up to
+ * rdmalloc_fill_wait_ns, then kept) and forget the queue; chunks being made are dropped when made, or, with
  * @wait (memory pressure: what they hold is wanted now), waited for (up to
  * rdmalloc_fill_wait_ns) and dropped.  Returns the bytes released.  No
  * lock held. */
