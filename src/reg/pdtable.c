@@ -30,7 +30,7 @@
 static _Atomic(struct ibv_pd *) pds[RDMA_MALLOC_MAX_PDS]; /* the PD table: PD i registers chunks' reg[i] */
 static unsigned pds_filling;              /* indexes an attach is filling */
 static int attach_closing;                 /* an attach finishes: creators wait (rdmalloc_chunks_attach) */
-static int attach_late;                    /* a creator stopped waiting for it: no other waits */
+static int attach_late;                    /* a creator stopped waiting for it: none waits until it moves */
 static unsigned long reg_gen;             /* bumped when the PD table or a heap's access changes */
 static unsigned pd_users[RDMA_MALLOC_MAX_PDS]; /* creators that may register with PD i */
 _Atomic unsigned rdmalloc_pd_slot_use[RDMA_MALLOC_MAX_PDS]; /* chunk.h: HANDED, CLOSING */
@@ -296,6 +296,7 @@ int rdmalloc_chunks_attach(struct ibv_pd *pd)
 		int err = rdmalloc_region_register(c, (unsigned)s, pd);
 		rdmalloc_chunk_lock();
 		walk_leave(c);
+		attach_late = 0; /* it moves: creators wait for it again */
 		if (err) {
 			attach_open(&closing);
 			let_go_of((unsigned)s, pd); /* undo: the caller may deallocate the PD next */
