@@ -606,13 +606,19 @@ struct fake_advice fake_last_advice(void)
 	return advice;
 }
 
+static struct ibv_pd *no_odp_pd; /* fake_set_no_odp_on */
+
+void fake_set_no_odp_on(struct ibv_pd *pd)
+{
+	no_odp_pd = pd;
+}
+
 static int fake_query_odp(struct ibv_pd *pd, uint32_t *general, uint32_t *rc)
 {
-	(void)pd;
 	if (odp_query_err)
 		return odp_query_err;
-	*general = odp_general;
-	*rc = odp_rc;
+	*general = pd && pd == no_odp_pd ? 0 : odp_general;
+	*rc = pd && pd == no_odp_pd ? 0 : odp_rc;
 	return 0;
 }
 

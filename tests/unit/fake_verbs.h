@@ -121,6 +121,8 @@ void fake_release_reg(void);
 /* ODP capabilities the fake reports (default: RC ODP for everything), and the last
  * ibv_advise_mr it was given. */
 void fake_set_odp(uint32_t general, uint32_t rc);
+/* The device of @pd alone has no ODP at all (NULL: none such). */
+void fake_set_no_odp_on(struct ibv_pd *pd);
 /* Make the ODP capability query fail with @err (0: answer again). */
 void fake_fail_odp_query(int err);
 struct fake_advice {

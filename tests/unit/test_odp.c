@@ -121,6 +121,17 @@ Test(odp, every_attached_pd_is_asked, .init = setup_said)
 	rdma_heap_t *h = odp_heap(LW | RR | RW);
 	cr_assert(h, "%s", strerror(errno));
 	cr_assert_eq(rdma_heap_destroy(h), 0);
+	/* Two attached, the second's device without ODP: refused too. */
+	fake_set_odp(IBV_ODP_SUPPORT, ALL_RC);
+	fake_set_no_odp_on(fake_pd(1));
+	cr_assert_eq(rdma_malloc_attach_pd(def), 0);
+	cr_assert((h = odp_heap(LW | RR | RW)), "%s", strerror(errno));
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+	cr_assert_eq(rdma_malloc_attach_pd(fake_pd(1)), 0);
+	errno = 0;
+	cr_assert_null(odp_heap(LW | RR | RW), "an ODP heap with a PD whose device has no ODP");
+	cr_assert_eq(errno, EOPNOTSUPP, "%s", strerror(errno));
+	fake_set_no_odp_on(NULL);
 }
 
 Test(odp, chunks_are_registered_on_demand)
