@@ -305,8 +305,10 @@ static void gib_pages_restore(void)
 Test(hugepages, limit_counts_a_1g_mapping, .init = cr_redirect_stderr, .fini = gib_pages_restore)
 {
 	gib_pages_before = gib_pages(-1);
-	if (gib_pages_before < 0 || gib_pages(gib_pages_before + 2) < gib_pages_before + 2)
+	if (gib_pages_before < 0 || gib_pages(gib_pages_before + 2) < gib_pages_before + 2) {
+		gib_pages_restore();
 		cr_skip_test("cannot reserve two 1 GiB huge pages (%s)", GIB_PAGES);
+	}
 	setenv("RDMALLOC_MAX_REGISTERED", "1536M", 1);
 	fake_verbs_install(1);
 	/* Within the limit: a chunk of 1 GiB on one 1 GiB page. */
