@@ -10,6 +10,7 @@
 #include "pd.h"
 #include "addrmap.h"
 #include "counters.h"
+#include "fault.h"
 #include "reserve.h"
 
 #if RDMALLOC_HAVE_MLX5DV_MKEY
@@ -59,17 +60,26 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
  * first lookup, init.h), and if [ptr, ptr+len) is in a chunk of an on-demand
  * heap (the drop-in's) that has no registration with attached @pd yet,
  * this is its first use there: register it (demand.c, under the PD lock)
- * and look again.  Otherwise ENODEV stands.
+ * and look again.  Otherwise ENODEV stands.  The chunk is found and pinned
+ * as one (as rdma_malloc_mw_grant does): a program that frees the block
+ * meanwhile (its bug) may have its descriptor released and made another
+ * chunk's under an unlocked look.
  */
 static __attribute__((noinline)) int first_use(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys,
 					       struct ibv_mr **mr)
 {
 	int saved = errno; /* rdma_malloc_keys() leaves it alone: ibv_reg_mr sets it */
 	rdmalloc_init(); /* under the drop-in, the default PD opens on first need */
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
 	if (!pd)
 		pd = rdmalloc_pd_default();
-	if (!c || !pd || !rdmalloc_spec_on_demand(c->spec) || !rdmalloc_pd_attached(pd)) {
+	struct rdmalloc_chunk *c = NULL;
+	if (!pd || !rdmalloc_pd_attached(pd) || rdmalloc_chunk_pin_at(ptr, len, 0, &c)) {
+		errno = saved;
+		return ENODEV;
+	}
+	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_FIRST_USE);
+	if (!rdmalloc_spec_on_demand(c->spec)) {
+		rdmalloc_chunk_unpin(c);
 		errno = saved;
 		return ENODEV;
 	}
@@ -77,9 +87,12 @@ static __attribute__((noinline)) int first_use(const void *ptr, size_t len, stru
 	rdmalloc_pd_lock();
 	int err = rdmalloc_chunk_demand(c, pd);
 	rdmalloc_pd_unlock();
+	if (!err)
+		err = lookup_keys(ptr, len, pd, keys, mr);
+	rdmalloc_chunk_unpin(c); /* (its chunk may be given back now) */
 	rdmalloc_threads_start_wanted(); /* the tick of its decay: outside every lock */
 	errno = saved;
-	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
+	return err;
 }
 
 static inline int find_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys, struct ibv_mr **mr)

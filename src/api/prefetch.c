@@ -24,7 +24,8 @@ RDMA_EXPORT int rdma_malloc_prefetch(const void *ptr, size_t len, struct ibv_pd 
 	 * detached between the lookup and the advice. */
 	rdmalloc_pd_lock();
 	int err = rdmalloc_lookup(ptr, len, pd ? pd : rdmalloc_pd_default(), &c, &r);
-	if (!err && !rdmalloc_spec_odp(c->spec))
+	const struct rdmalloc_chunk_spec *spec = err ? NULL : rdmalloc_chunk_spec_seen(c);
+	if (!err && (!spec || !rdmalloc_spec_odp(spec)))
 		err = EINVAL;
 	if (!err) {
 		struct ibv_pd *rpd = atomic_load_explicit(&r->pd, memory_order_relaxed);

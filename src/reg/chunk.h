@@ -240,6 +240,15 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
  * caller holds the PD lock.  Takes the chunk lock.
  */
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd);
+/* @c's spec as a lock-free lookup sees it: NULL when its chunk was
+ * released meanwhile (a program that frees the block it looks up) and the
+ * descriptor is free or not yet another chunk's; descriptors and specs
+ * are never unmapped, so anything else is a spec to read. */
+static inline const struct rdmalloc_chunk_spec *rdmalloc_chunk_spec_seen(const struct rdmalloc_chunk *c)
+{
+	return __atomic_load_n(&c->spec, __ATOMIC_RELAXED);
+}
+
 /* Before rdmalloc_chunk_demand(@c), holding no lock: the crew's workers
  * started (crew.h) if @c's first registration is to come and the crew
  * serves it, so that it is shared out too.  errno is kept. */

@@ -61,7 +61,8 @@ static int settle(struct rdmalloc_chunk *c, const struct ibv_pd *pd, int *s)
 
 void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c)
 {
-	if (!rdmalloc_crew_serves(c->map_size, c->spec->flags))
+	const struct rdmalloc_chunk_spec *spec = rdmalloc_chunk_spec_seen(c); /* found unlocked */
+	if (!spec || !rdmalloc_crew_serves(c->map_size, spec->flags))
 		return;
 	rdmalloc_chunk_lock();
 	int first = !c->held;

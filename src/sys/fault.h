@@ -33,6 +33,8 @@
  *            before the caller's retry.
  *  THREAD_START  a new thread of ours (os.c), placed and not yet counted
  *            as running: fork() waits for it.
+ *  FIRST_USE  a key lookup that found no registration (keys.c), after it
+ *            found the chunk again and before it reads it.
  */
 #ifndef RDMALLOC_FAULT_H
 #define RDMALLOC_FAULT_H
@@ -55,11 +57,14 @@ enum rdmalloc_fault_site {
 
 /* RELIEVED: a registration's relief done, before its retry (reg/hold.c);
  * HEAPS_RELIEVED: an allocation's, before its retry (heap/heap.c);
- * THREAD_START: a new thread of ours before it runs its function (os.c). */
+ * THREAD_START: a new thread of ours before it runs its function (os.c);
+ * FIRST_USE: a key lookup's second look, its chunk found and not yet
+ * read (api/keys.c). */
 enum rdmalloc_pause_point {
 	RDMALLOC_PAUSE_RELIEVED = 0,
 	RDMALLOC_PAUSE_HEAPS_RELIEVED,
 	RDMALLOC_PAUSE_THREAD_START,
+	RDMALLOC_PAUSE_FIRST_USE,
 	RDMALLOC_PAUSE_POINTS
 };
 

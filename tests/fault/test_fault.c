@@ -36,6 +36,7 @@
 #include <sys/resource.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
+#include "addrmap.h"
 #include "crew.h"
 #include "fork.h"
 #include "heap.h"
@@ -1455,4 +1456,44 @@ Test(fault, a_failed_take_back_cuts_its_pages_off, .init = cr_redirect_stderr)
 	void *q = rdma_malloc(1024); /* and the heap goes on */
 	cr_assert(q);
 	rdma_free(q);
+}
+
+/* A lookup of a block the program frees meanwhile (its bug: the answer may
+ * be anything) must not crash the library.  The second look of a lookup
+ * that found no registration read, without the chunk lock, a chunk that
+ * the free and a trim released under it (FIRST_USE pauses there), whose
+ * descriptor then had no heap (its spec NULL), and died.  It now looks
+ * only under a PD that is attached (here it does not: ENODEV at once), and
+ * pins the chunk as it finds it (the pause comes after). */
+static void *racing_block;
+static atomic_int racing_freed;
+
+static void free_and_trim(void)
+{
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
+	rdma_free(racing_block);
+	atomic_store(&racing_freed, 1);
+	rdma_malloc_trim();
+}
+
+Test(fault, a_lookup_racing_a_free_of_its_block_does_not_crash, .init = NULL)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "64K", 1);
+	fake_verbs_install(1);
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE, .decay_ms = -1 });
+	cr_assert(h);
+	racing_block = rdma_heap_malloc(h, 256 << 10);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(racing_block);
+	cr_assert(c && c->big, "not a big block: nothing is released by the free");
+	uint64_t before = fu_stats().chunks;
+	uint32_t l;
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, free_and_trim);
+	int err = rdma_malloc_keys(racing_block, 1, fake_pd(3), &l, NULL); /* not attached: a second look */
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
+	cr_assert(err == ENODEV || err == ENOENT, "%s", strerror(err));
+	if (!atomic_load(&racing_freed))
+		rdma_free(racing_block);
+	rdma_malloc_trim(); /* kept while a lookup held it */
+	cr_assert_lt(fu_stats().chunks, before, "the freed block's chunk was never released");
+	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
