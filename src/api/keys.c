@@ -60,10 +60,10 @@ static int lookup_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t 
  * first lookup, init.h), and if [ptr, ptr+len) is in a chunk of an on-demand
  * heap (the drop-in's) that has no registration with attached @pd yet,
  * this is its first use there: register it (demand.c, under the PD lock)
- * and look again.  Otherwise ENODEV stands.  The chunk is found and pinned
- * as one (as rdma_malloc_mw_grant does): a program that frees the block
- * meanwhile (its bug) may have its descriptor released and made another
- * chunk's under an unlocked look.
+ * and look again.  Otherwise ENODEV stands.  The chunk is found again
+ * under the PD lock: a program that frees the block meanwhile (its bug)
+ * may have its descriptor released and made another chunk's under a
+ * lock-free look, which only the crew's start-up reads.
  */
 static __attribute__((noinline)) int first_use(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys,
 					       struct ibv_mr **mr)
@@ -72,27 +72,20 @@ static __attribute__((noinline)) int first_use(const void *ptr, size_t len, stru
 	rdmalloc_init(); /* under the drop-in, the default PD opens on first need */
 	if (!pd)
 		pd = rdmalloc_pd_default();
-	struct rdmalloc_chunk *c = NULL;
-	if (!pd || !rdmalloc_pd_attached(pd) || rdmalloc_chunk_pin_at(ptr, len, 0, &c)) {
+	if (!pd || !rdmalloc_pd_attached(pd)) {
 		errno = saved;
 		return ENODEV;
 	}
+	struct rdmalloc_chunk *seen = rdmalloc_addrmap_lookup(ptr);
 	RDMALLOC_TEST_PAUSE(RDMALLOC_PAUSE_FIRST_USE);
-	if (!rdmalloc_spec_on_demand(c->spec)) {
-		rdmalloc_chunk_unpin(c);
-		errno = saved;
-		return ENODEV;
-	}
-	rdmalloc_chunk_demand_prepare(c); /* outside every lock */
+	if (seen)
+		rdmalloc_chunk_demand_prepare(seen); /* outside every lock */
 	rdmalloc_pd_lock();
-	int err = rdmalloc_chunk_demand(c, pd);
+	int err = rdmalloc_chunk_demand_at(ptr, pd);
 	rdmalloc_pd_unlock();
-	if (!err)
-		err = lookup_keys(ptr, len, pd, keys, mr);
-	rdmalloc_chunk_unpin(c); /* (its chunk may be given back now) */
 	rdmalloc_threads_start_wanted(); /* the tick of its decay: outside every lock */
 	errno = saved;
-	return err;
+	return err ? err : lookup_keys(ptr, len, pd, keys, mr);
 }
 
 static inline int find_keys(const void *ptr, size_t len, struct ibv_pd *pd, uint64_t *keys, struct ibv_mr **mr)

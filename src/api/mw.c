@@ -134,8 +134,7 @@ RDMA_EXPORT struct ibv_mw *rdma_malloc_mw_grant(struct ibv_qp *qp, const void *p
 	/* A first use's registration shared out (outside every lock), as a
 	 * key lookup's (keys.c, first_use). */
 	struct rdmalloc_chunk *seen = rdmalloc_addrmap_lookup(ptr);
-	const struct rdmalloc_chunk_spec *spec = seen ? rdmalloc_chunk_spec_seen(seen) : NULL;
-	if (spec && rdmalloc_spec_on_demand(spec))
+	if (seen)
 		rdmalloc_chunk_demand_prepare(seen);
 	rdmalloc_pd_lock();
 	/* Found and pinned as one (not given back under the window): a

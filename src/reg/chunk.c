@@ -182,7 +182,7 @@ static struct rdmalloc_chunk *make(struct rdmalloc_heap *heap, struct rdmalloc_c
 	c->map_size = map_size;
 	c->page_kind = kind;
 	c->heap = heap;
-	c->spec = spec;
+	__atomic_store_n(&c->spec, spec, __ATOMIC_RELAXED); /* rdmalloc_chunk_spec_seen */
 	int populated = 0;
 	if (held) {
 		/* A big chunk's pages faulted in by the crew together: its

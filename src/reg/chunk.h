@@ -240,6 +240,10 @@ int rdmalloc_chunk_release_big(struct rdmalloc_chunk *c);
  * caller holds the PD lock.  Takes the chunk lock.
  */
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd);
+/* The same for the chunk holding @ptr, found under the PD lock the caller
+ * holds (ENODEV: none, or not an on-demand heap's): for a caller whose own
+ * look was lock-free, as a program may free the block meanwhile. */
+int rdmalloc_chunk_demand_at(const void *ptr, struct ibv_pd *pd);
 /* @c's spec as a lock-free lookup sees it: NULL when its chunk was
  * released meanwhile (a program that frees the block it looks up) and the
  * descriptor is free or not yet another chunk's; descriptors and specs
@@ -250,8 +254,10 @@ static inline const struct rdmalloc_chunk_spec *rdmalloc_chunk_spec_seen(const s
 }
 
 /* Before rdmalloc_chunk_demand(@c), holding no lock: the crew's workers
- * started (crew.h) if @c's first registration is to come and the crew
- * serves it, so that it is shared out too.  errno is kept. */
+ * started (crew.h) if @c is an on-demand heap's whose first registration
+ * is to come and the crew serves it, so that it is shared out too.  @c may
+ * be what a lock-free look found (rdmalloc_chunk_spec_seen).  errno is
+ * kept. */
 void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c);
 
 /* The destroy hook handed back [addr, addr+size): once a whole chunk has

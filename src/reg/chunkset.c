@@ -56,7 +56,7 @@ void rdmalloc_desc_free(struct rdmalloc_chunk *c)
 	c->map_size = 0;
 	c->tail = 0;
 	c->heap = NULL;
-	c->spec = NULL;
+	__atomic_store_n(&c->spec, NULL, __ATOMIC_RELAXED); /* rdmalloc_chunk_spec_seen */
 	c->next = free_descs;
 	free_descs = c;
 }

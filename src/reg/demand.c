@@ -21,6 +21,7 @@
 
 #include <errno.h>
 
+#include "addrmap.h"
 #include "counters.h"
 #include "crew.h"
 #include "lock.h"
@@ -62,7 +63,7 @@ static int settle(struct rdmalloc_chunk *c, const struct ibv_pd *pd, int *s)
 void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c)
 {
 	const struct rdmalloc_chunk_spec *spec = rdmalloc_chunk_spec_seen(c); /* found unlocked */
-	if (!spec || !rdmalloc_crew_serves(c->map_size, spec->flags))
+	if (!spec || !rdmalloc_spec_on_demand(spec) || !rdmalloc_crew_serves(c->map_size, spec->flags))
 		return;
 	rdmalloc_chunk_lock();
 	int first = !c->held;
@@ -72,6 +73,17 @@ void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c)
 		rdmalloc_crew_start();
 		errno = saved;
 	}
+}
+
+int rdmalloc_chunk_demand_at(const void *ptr, struct ibv_pd *pd)
+{
+	/* Found under the PD lock: an on-demand heap's chunk goes only with
+	 * its heap, whose destroy holds that lock. */
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
+	int on_demand = c && rdmalloc_spec_on_demand(c->spec);
+	rdmalloc_chunk_unlock();
+	return on_demand ? rdmalloc_chunk_demand(c, pd) : ENODEV;
 }
 
 int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
