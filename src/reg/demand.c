@@ -75,26 +75,26 @@ void rdmalloc_chunk_demand_prepare(struct rdmalloc_chunk *c)
 	}
 }
 
-int rdmalloc_chunk_demand_at(const void *ptr, struct ibv_pd *pd)
+/* A walk's hold on @c ends (chunk lock held). */
+static void let_go(struct rdmalloc_chunk *c)
 {
-	/* Found under the PD lock: an on-demand heap's chunk goes only with
-	 * its heap, whose destroy holds that lock. */
-	rdmalloc_chunk_lock();
-	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
-	int on_demand = c && rdmalloc_spec_on_demand(c->spec);
-	rdmalloc_chunk_unlock();
-	return on_demand ? rdmalloc_chunk_demand(c, pd) : ENODEV;
+	c->busy--;
+	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a release or a discard may wait for it */
 }
 
-int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
+/* rdmalloc_chunk_demand, entered with the chunk lock held (@c found under
+ * it), which it lets go of. */
+static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 {
 	int s;
-	rdmalloc_chunk_lock();
 	int err = settle(c, pd, &s);
 	if (err) {
 		rdmalloc_chunk_unlock();
 		return err == 1 ? 0 : err;
 	}
+	/* Busy from here: not released (a big chunk), nor given back, while
+	 * the lock is let go of for a relief or the registration. */
+	c->busy++;
 	/* Its first registration holds it under RDMALLOC_MAX_REGISTERED; under
 	 * pressure, idle chunks and reserves go first, then once more. */
 	int first = !c->held, relieved = 0;
@@ -102,6 +102,9 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 		rdmalloc_chunk_unlock();
 		if (relieved || !rdmalloc_relieve()) {
 			rdmalloc_relief_end();
+			rdmalloc_chunk_lock();
+			let_go(c);
+			rdmalloc_chunk_unlock();
 			rdmalloc_log_limit(c->size);
 			STAT_INC(demand_refusals);
 			return ENOMEM;
@@ -109,6 +112,7 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 		rdmalloc_chunk_lock();
 		if ((err = settle(c, pd, &s))) {
 			rdmalloc_relief_end_locked();
+			let_go(c);
 			rdmalloc_chunk_unlock();
 			return err == 1 ? 0 : err;
 		}
@@ -117,7 +121,6 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	if (relieved)
 		rdmalloc_relief_end_locked();
 	c->held = 1; /* from now on no discard starts: rdmalloc_chunk_decommit */
-	c->busy++;
 	rdmalloc_chunk_unlock();
 
 	if (first && rdmalloc_crew_serves(c->map_size, c->spec->flags))
@@ -149,4 +152,24 @@ int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	STAT_INC(demand_registrations);
 	rdmalloc_debug("chunk %p of %zu bytes registered on first use", (void *)c->base, c->size);
 	return 0;
+}
+
+int rdmalloc_chunk_demand(struct rdmalloc_chunk *c, struct ibv_pd *pd)
+{
+	rdmalloc_chunk_lock();
+	return demand_locked(c, pd);
+}
+
+int rdmalloc_chunk_demand_at(const void *ptr, struct ibv_pd *pd)
+{
+	/* Found, settled and made busy in one section of the chunk lock: a
+	 * block freed meanwhile may have its chunk released (a big block of
+	 * an on-demand heap), its descriptor made another chunk's. */
+	rdmalloc_chunk_lock();
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_lookup(ptr);
+	if (!c || !rdmalloc_spec_on_demand(c->spec)) {
+		rdmalloc_chunk_unlock();
+		return ENODEV;
+	}
+	return demand_locked(c, pd);
 }

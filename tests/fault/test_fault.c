@@ -1493,3 +1493,36 @@ Test(fault, a_lookup_racing_the_release_of_its_chunk_does_not_crash, .init = NUL
 	cr_assert_lt(fu_stats().chunks, before, "the heap was not destroyed: the test tried nothing");
 	cr_assert(err == ENODEV || err == ENOENT, "%s", strerror(err));
 }
+
+/* The same with a big block of such a heap, freed and its chunk released
+ * by a trim: a release that holds no PD lock. */
+static void *racing_block;
+
+static void free_racing_block(void)
+{
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
+	rdma_free(racing_block);
+	rdma_malloc_trim();
+}
+
+Test(fault, a_lookup_racing_the_release_of_its_big_block_does_not_crash, .init = NULL)
+{
+	setenv("RDMALLOC_BIG_BLOCK", "64K", 1);
+	fake_verbs_install(1);
+	cr_assert(rdma_malloc_default_pd());
+	int err = 0;
+	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, 0, -1, &err);
+	cr_assert(h, "%s", strerror(err));
+	rdmalloc_heap_set_policy(h, RDMALLOC_REG_FIRST_USE);
+	racing_block = rdma_heap_malloc((rdma_heap_t *)h, 256 << 10);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(racing_block);
+	cr_assert(c && c->big, "not a big block: nothing is released by the free");
+	uint64_t before = fu_stats().chunks;
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, free_racing_block);
+	uint32_t l;
+	err = rdma_malloc_keys(racing_block, 1, NULL, &l, NULL);
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
+	cr_assert_lt(fu_stats().chunks, before, "the chunk was not released: the test tried nothing");
+	cr_assert(err == ENODEV || err == ENOENT, "%s", strerror(err));
+	cr_assert_eq(rdma_heap_destroy((rdma_heap_t *)h), 0);
+}
