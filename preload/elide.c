@@ -244,18 +244,22 @@ static void record_release(struct elided *e)
  * are not the child's (it forgot them, src/api/fork.c), so neither are its
  * elided regions' keys nor its PD entries.  Each elided region becomes an
  * orphan with no keys, and no PD is elision's: the child's lookups,
- * attaches and ibv_dealloc_pd see only what the child does.
+ * attaches and ibv_dealloc_pd see only what the child does.  Its chunks
+ * start with no pin: each orphan pins its chunk again.
  */
 static void fork_child(void)
 {
 	struct elided *base = atomic_load_explicit(&pool, memory_order_relaxed);
 	uint64_t orphans = 0;
-	for (size_t k = 0; base && k < pool_top; k++)
+	for (size_t k = 0; base && k < pool_top; k++) {
 		if (base[k].state == RECORD_ELIDED) {
 			base[k].state = RECORD_ORPHAN;
 			base[k].mr.lkey = base[k].mr.rkey = 0;
 			orphans++;
 		}
+		if (base[k].state == RECORD_ORPHAN) /* its deregistration unpins */
+			rdmalloc_chunk_pin_fork_child(base[k].chunk);
+	}
 	memset(entries, 0, sizeof(entries));
 	STAT_SUB(elided_regions, orphans);
 }

@@ -322,6 +322,11 @@ RDMALLOC_TESTABLE int rdmalloc_chunk_pin_at(const void *addr, size_t len, unsign
 /* Undo one rdmalloc_chunk_pin() or _pin_at(); an idle chunk may then be
  * given back. */
 RDMALLOC_TESTABLE void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c);
+/* In a fork child (one thread, no lock): @c pinned again for an elided
+ * region the child inherits (preload/elide.c).  The child starts with no
+ * pin (rdmalloc_chunks_forget_registrations): those of calls under way in
+ * the parent's other threads are not its. */
+void rdmalloc_chunk_pin_fork_child(struct rdmalloc_chunk *c);
 
 /* Make the chunk @r's heap will ask for next, @size bytes, and park it as
  * @r's ready chunk (the reserve's thread: no lock held).  0 or an errno

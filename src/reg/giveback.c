@@ -404,6 +404,11 @@ int rdmalloc_chunk_pin_at(const void *addr, size_t len, unsigned access, struct 
 	return err;
 }
 
+void rdmalloc_chunk_pin_fork_child(struct rdmalloc_chunk *c)
+{
+	c->pins++;
+}
+
 void rdmalloc_chunk_unpin(struct rdmalloc_chunk *c)
 {
 	rdmalloc_chunk_lock();

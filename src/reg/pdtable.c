@@ -493,10 +493,13 @@ void rdmalloc_chunks_forget_registrations(void)
 	for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++)
 		pd_users[s] = 0;
 	for (struct rdmalloc_chunk *c = rdmalloc_chunk_list; c; c = c->next) {
-		for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++) {
-			c->pins -= c->reg[i].windows; /* the windows go; elided regions stay pinned */
+		for (unsigned i = 0; i < RDMA_MALLOC_MAX_PDS; i++)
 			rdmalloc_region_forget(c, i);
-		}
+		/* The windows go, and so do the pins of calls under way in
+		 * threads the child does not have (an elision between its
+		 * pin and its record); the drop-in pins again for each elided
+		 * region the child inherits (rdmalloc_chunk_pin_fork_child). */
+		c->pins = 0;
 		c->busy = 0;
 		/* A discard under way (an on-demand heap's plain chunk) is
 		 * the parent's thread's: its pages may keep their bytes. */

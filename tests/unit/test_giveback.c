@@ -1135,3 +1135,27 @@ Test(giveback, a_chunk_idle_while_a_walk_held_it_goes_later, .init = setup_no_re
 		      (unsigned long long)st.chunks);
 	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
+
+/* A pin of a call under way in another thread at a fork (an elision
+ * between its pin and its record) is not the child's: the child starts
+ * with none, so its chunk is given back when idle there.  It kept the
+ * pin for ever, and the chunk. */
+Test(giveback, a_fork_child_has_no_pin_of_the_parents_calls)
+{
+	rdma_heap_t *h = rdma_heap_create(&(struct rdma_heap_attr){ .access = IBV_ACCESS_LOCAL_WRITE });
+	cr_assert(h);
+	void *p = rdma_heap_malloc(h, 100);
+	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(p);
+	cr_assert(c);
+	cr_assert_eq(rdmalloc_chunk_pin(c), 0); /* as an elision holds it before its record */
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(c->pins == 0 ? 0 : 1);
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child inherited the parent's pin");
+	rdmalloc_chunk_unpin(c);
+	rdma_free(p);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
+}
