@@ -218,6 +218,7 @@ Test(mw, no_window_on_a_broken_region, .init = NULL)
 {
 	cr_redirect_stderr();
 	setup();
+	rdmalloc_reserves_settle(); /* no fill of the reserve's thread takes a failure meant for these */
 	fake_set_rereg(FAKE_REREG_BROKEN);
 	fake_fail_reg_errno(EIO);
 	fake_fail_reg(fake_reg_calls() + 1, 2); /* the replacement, then the undoing's */
