@@ -95,6 +95,7 @@ static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	/* Busy from here: not released (a big chunk), nor given back, while
 	 * the lock is let go of for a relief or the registration. */
 	c->busy++;
+	size_t size = c->size; /* for the messages: @c may go once let go of */
 	/* Its first registration holds it under RDMALLOC_MAX_REGISTERED; under
 	 * pressure, idle chunks and reserves go first, then once more. */
 	int first = !c->held, relieved = 0;
@@ -105,7 +106,7 @@ static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 			rdmalloc_chunk_lock();
 			let_go(c);
 			rdmalloc_chunk_unlock();
-			rdmalloc_log_limit(c->size);
+			rdmalloc_log_limit(size);
 			STAT_INC(demand_refusals);
 			return ENOMEM;
 		}
@@ -145,12 +146,12 @@ static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	if (err) {
 		STAT_INC(demand_refusals);
 		rdmalloc_log_once(RDMALLOC_LOG_WARN, "registering a %zu-byte chunk on first use failed: %s "
-				  "(further failures are only counted in demand_refusals)", c->size,
+				  "(further failures are only counted in demand_refusals)", size,
 				  rdmalloc_refusal_text(err));
 		return ENOMEM; /* refused, whatever ibv_reg_mr said: not to be taken for settle()'s answers */
 	}
 	STAT_INC(demand_registrations);
-	rdmalloc_debug("chunk %p of %zu bytes registered on first use", (void *)c->base, c->size);
+	rdmalloc_debug("a chunk of %zu bytes registered on first use", size);
 	return 0;
 }
 
