@@ -155,15 +155,14 @@ static void pd_adopted(struct ibv_pd *pd);
 static void fork_child(void);
 
 /* What knows of elided regions, installed before any thread can make one:
- * the PD hooks (a detach sees them) and the fork child's handler.
- * pthread_atfork runs child handlers in the order they were registered:
- * this one after the library's, whose locks are free again by then. */
+ * the PD hooks (a detach sees them, and the library's fork child handler
+ * calls fork_child right after it forgot the parent's pins: no other
+ * handler, which could deregister an elided region or free a big block,
+ * runs while they are not counted). */
 static void install_hooks(void)
 {
-	static const struct rdmalloc_pd_hooks pd_hooks = { pd_detach_busy, pd_adopted };
+	static const struct rdmalloc_pd_hooks pd_hooks = { pd_detach_busy, pd_adopted, fork_child };
 	rdmalloc_pd_set_hooks(&pd_hooks);
-	if (pthread_atfork(NULL, NULL, fork_child))
-		rdmalloc_fatal("pthread_atfork failed");
 }
 
 static struct elided *pool_base(void)
@@ -240,7 +239,7 @@ static void record_release(struct elided *e)
 }
 
 /*
- * In a fork child (one thread, every lock free): the parent's registrations
+ * In a fork child (one thread; no lock taken): the parent's registrations
  * are not the child's (it forgot them, src/api/fork.c), so neither are its
  * elided regions' keys nor its PD entries.  Each elided region becomes an
  * orphan with no keys, and no PD is elision's: the child's lookups,

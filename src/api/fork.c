@@ -168,6 +168,7 @@ static void outer_child(void)
 {
 	rdmalloc_pd_forget();
 	rdmalloc_chunks_forget_registrations();
+	rdmalloc_pd_fork_child_hook(); /* the drop-in's elided regions: pinned again */
 	rdmalloc_mw_forget();
 	rdmalloc_heap_fork_child();
 	atomic_store_explicit(&rdmalloc_counters.mrs, 0, memory_order_relaxed);

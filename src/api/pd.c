@@ -104,6 +104,12 @@ RDMA_EXPORT struct ibv_pd *rdma_malloc_default_pd(void)
 	return pd;
 }
 
+void rdmalloc_pd_fork_child_hook(void)
+{
+	if (hooks.fork_child)
+		hooks.fork_child();
+}
+
 void rdmalloc_pd_set_hooks(const struct rdmalloc_pd_hooks *h)
 {
 	rdmalloc_pd_lock();

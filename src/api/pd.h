@@ -37,14 +37,20 @@ void rdmalloc_pd_forget_hand_outs_locked(struct ibv_pd *pd);
  * detach_busy: an errno (EBUSY: elided regions of @pd are alive, whose
  * keys the detach would kill) to refuse rdma_malloc_detach_pd(@pd) with,
  * or 0; adopted: the program attached @pd, or was told it is attached
- * (EEXIST): elision must never detach it.
+ * (EEXIST): elision must never detach it.  fork_child: in a fork child,
+ * right after the library forgot the parent's registrations and pins (one
+ * thread, no lock taken), so that no other fork handler runs in between:
+ * its elided regions become the child's, and pin their chunks again.
  */
 struct rdmalloc_pd_hooks {
 	int (*detach_busy)(struct ibv_pd *pd);
 	void (*adopted)(struct ibv_pd *pd);
+	void (*fork_child)(void);
 };
 void rdmalloc_pd_set_hooks(const struct rdmalloc_pd_hooks *hooks);
-/* In a fork child: the default PD is the parent's (fork.c). */
+/* In a fork child: the default PD is the parent's (fork.c); then the
+ * hooks' fork_child. */
 void rdmalloc_pd_forget(void);
+void rdmalloc_pd_fork_child_hook(void);
 
 #endif

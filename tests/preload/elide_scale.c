@@ -688,6 +688,39 @@ static void case_fork(void)
 	free(buf);
 }
 
+/* A child fork handler of the program's, registered before the process's
+ * first elision, deregisters its copy of an elided region: the library
+ * forgets the parent's pins in its own child handler, which runs first,
+ * and the region's chunk must be pinned again before any other handler
+ * runs ("unpinned more often than pinned" otherwise). */
+static struct ibv_mr *fh_mr;
+static int fh_result = -1;
+
+static void fh_child(void)
+{
+	if (fh_mr)
+		fh_result = ibv_dereg_mr(fh_mr);
+}
+
+static void case_fork_handler(void)
+{
+	CHECK(pthread_atfork(NULL, NULL, fh_child) == 0, "a child handler of the program's");
+	char *buf = malloc(MiB);
+	struct ibv_pd *p = new_pd();
+	struct ibv_mr *mr = ibv_reg_mr(p, buf, 100, ACC);
+	CHECK(elided(mr, p), "elided in the parent");
+	fh_mr = mr;
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(fh_result == 0 ? 0 : 1);
+	fh_mr = NULL;
+	int st = 0;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's handler deregistered its copy (status %#x)", st);
+	CHECK(ibv_dereg_mr(mr) == 0, "and the parent its region");
+	free(buf);
+}
+
 /* The process's first elision inside the program's own fork handlers (a
  * library that registers memory around a fork): glibc holds its handler
  * lock while the parent's handlers run, so a pthread_atfork of ours there
@@ -791,7 +824,7 @@ int main(int argc, char **argv)
 		{ "slots", case_slots },   { "scale", case_scale },     { "threads", case_threads },
 		{ "detach", case_detach }, { "adopt", case_adopt },     { "handed", case_handed },
 		{ "fork", case_fork },     { "atfork", case_atfork },   { "lookups", case_lookups },
-		{ "iova", case_iova },
+		{ "iova", case_iova },     { "fork-handler", case_fork_handler },
 	};
 	const char *want = argc > 1 ? argv[1] : "";
 	int ran = 0;
