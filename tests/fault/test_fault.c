@@ -1468,6 +1468,31 @@ Test(fault, a_failed_take_back_cuts_its_pages_off, .init = cr_redirect_stderr)
  * a PD that is not attached is answered at once. */
 static rdma_heap_t *racing_heap;
 
+/* A heap registered on first use, as the drop-in's, RDMA up. */
+static rdma_heap_t *first_use_heap(void)
+{
+	fake_verbs_install(1);
+	cr_assert(rdma_malloc_default_pd());
+	int err = 0;
+	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, 0, -1, &err);
+	cr_assert(h, "%s", strerror(err));
+	rdmalloc_heap_set_policy(h, RDMALLOC_REG_FIRST_USE);
+	return (rdma_heap_t *)h;
+}
+
+/* rdma_malloc_keys(@p) under the default PD with @racer run at the pause;
+ * the chunks released meanwhile said; its answer. */
+static int racing_lookup(void *p, void (*racer)(void))
+{
+	uint64_t before = fu_stats().chunks;
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, racer);
+	uint32_t l;
+	int err = rdma_malloc_keys(p, 1, NULL, &l, NULL);
+	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
+	cr_assert_lt(fu_stats().chunks, before, "nothing released at the pause: the test tried nothing");
+	return err;
+}
+
 static void destroy_racing_heap(void)
 {
 	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
@@ -1476,21 +1501,10 @@ static void destroy_racing_heap(void)
 
 Test(fault, a_lookup_racing_the_release_of_its_chunk_does_not_crash, .init = NULL)
 {
-	fake_verbs_install(1);
-	cr_assert(rdma_malloc_default_pd());
-	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, 0, -1, &err);
-	cr_assert(h, "%s", strerror(err));
-	rdmalloc_heap_set_policy(h, RDMALLOC_REG_FIRST_USE); /* as the drop-in's: registered on first use */
-	racing_heap = (rdma_heap_t *)h;
+	racing_heap = first_use_heap();
 	void *p = rdma_heap_malloc(racing_heap, 100);
 	cr_assert(p);
-	uint64_t before = fu_stats().chunks;
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, destroy_racing_heap);
-	uint32_t l;
-	err = rdma_malloc_keys(p, 1, NULL, &l, NULL);
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
-	cr_assert_lt(fu_stats().chunks, before, "the heap was not destroyed: the test tried nothing");
+	int err = racing_lookup(p, destroy_racing_heap);
 	cr_assert(err == ENODEV || err == ENOENT, "%s", strerror(err));
 }
 
@@ -1508,21 +1522,11 @@ static void free_racing_block(void)
 Test(fault, a_lookup_racing_the_release_of_its_big_block_does_not_crash, .init = NULL)
 {
 	setenv("RDMALLOC_BIG_BLOCK", "64K", 1);
-	fake_verbs_install(1);
-	cr_assert(rdma_malloc_default_pd());
-	int err = 0;
-	struct rdmalloc_heap *h = rdmalloc_heap_create(IBV_ACCESS_LOCAL_WRITE, 0, -1, &err);
-	cr_assert(h, "%s", strerror(err));
-	rdmalloc_heap_set_policy(h, RDMALLOC_REG_FIRST_USE);
-	racing_block = rdma_heap_malloc((rdma_heap_t *)h, 256 << 10);
+	rdma_heap_t *h = first_use_heap();
+	racing_block = rdma_heap_malloc(h, 256 << 10);
 	struct rdmalloc_chunk *c = rdmalloc_addrmap_find(racing_block);
 	cr_assert(c && c->big, "not a big block: nothing is released by the free");
-	uint64_t before = fu_stats().chunks;
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, free_racing_block);
-	uint32_t l;
-	err = rdma_malloc_keys(racing_block, 1, NULL, &l, NULL);
-	rdmalloc_fault_set_pause(RDMALLOC_PAUSE_FIRST_USE, NULL);
-	cr_assert_lt(fu_stats().chunks, before, "the chunk was not released: the test tried nothing");
+	int err = racing_lookup(racing_block, free_racing_block);
 	cr_assert(err == ENODEV || err == ENOENT, "%s", strerror(err));
-	cr_assert_eq(rdma_heap_destroy((rdma_heap_t *)h), 0);
+	cr_assert_eq(rdma_heap_destroy(h), 0);
 }
