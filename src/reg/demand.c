@@ -96,6 +96,7 @@ static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	 * the lock is let go of for a relief or the registration. */
 	c->busy++;
 	size_t size = c->size; /* for the messages: @c may go once let go of */
+	void *base = (void *)c->base;
 	/* Its first registration holds it under RDMALLOC_MAX_REGISTERED; under
 	 * pressure, idle chunks and reserves go first, then once more. */
 	int first = !c->held, relieved = 0;
@@ -151,7 +152,7 @@ static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 		return ENOMEM; /* refused, whatever ibv_reg_mr said: not to be taken for settle()'s answers */
 	}
 	STAT_INC(demand_registrations);
-	rdmalloc_debug("a chunk of %zu bytes registered on first use", size);
+	rdmalloc_debug("chunk %p of %zu bytes registered on first use", base, size);
 	return 0;
 }
 
