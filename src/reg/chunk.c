@@ -254,12 +254,12 @@ static void unmake(struct rdmalloc_chunk *c, unsigned used, int counted)
 	rdmalloc_chunk_unlock();
 }
 
-/* @c, its spec's ready reserve chunk, is one no more (taken, dropped or
- * released): out of the reserve stats.  Chunk lock held. */
 /* The last ready chunk a relief or a trim stopped waiting for, while it
  * stays ready: not waited for again. */
 static struct rdmalloc_chunk *busy_late;
 
+/* @c, its spec's ready reserve chunk, is one no more (taken, dropped or
+ * released): out of the reserve stats.  Chunk lock held. */
 static void unpark(struct rdmalloc_chunk *c)
 {
 	if (c == busy_late) /* its descriptor may be another chunk's next */
@@ -307,15 +307,14 @@ static struct rdmalloc_chunk *take_reserved(struct rdmalloc_chunk_spec *spec, si
 		 * cancelled, this growth registers its own. */
 		unsigned seq = r->fill_seq;
 		STAT_INC(reserve_waits);
-		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
+		uint64_t deadline = 0;
 		while (!r->ready && r->filling && r->fill_seq == seq && !r->cancelled) {
-			if (rdmalloc_now_ns() >= deadline) { /* reserve.h: it registers its own */
+			if (rdmalloc_fill_wait(&deadline)) { /* reserve.h: it registers its own */
 				rdmalloc_reserve_late_locked(r);
 				rdmalloc_chunk_unlock();
 				rdmalloc_reserve_wait_timed_out("the reserve chunk being made for it");
 				return NULL;
 			}
-			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
 		}
 	}
 	struct rdmalloc_chunk *c = spec->reserve.ready;
@@ -475,19 +474,13 @@ size_t rdmalloc_chunk_drop_reserve(struct rdmalloc_reserve *r, int *skipped)
 	rdmalloc_chunk_lock();
 	uint64_t deadline = 0;
 	while (r->ready && r->ready->busy) { /* an attach or a detach works on it */
-		if (skipped) { /* a relief: for so long only (reserve.h) */
-			uint64_t now = rdmalloc_now_ns();
-			if (!deadline)
-				deadline = now + rdmalloc_fill_wait_ns;
-			if (r->ready == busy_late || now >= deadline) {
-				*skipped = r->ready == busy_late ? 1 : 2;
-				busy_late = r->ready;
-				rdmalloc_chunk_unlock();
-				return 0;
-			}
-			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
-		} else {
+		if (!skipped) {
 			rdmalloc_lock_wait(RDMALLOC_LOCK_CHUNK);
+		} else if (r->ready == busy_late || rdmalloc_fill_wait(&deadline)) { /* a relief: so long only */
+			*skipped = r->ready == busy_late ? 1 : 2;
+			busy_late = r->ready;
+			rdmalloc_chunk_unlock();
+			return 0;
 		}
 	}
 	struct rdmalloc_chunk *c = r->ready;

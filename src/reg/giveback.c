@@ -254,15 +254,11 @@ static int settled(struct rdmalloc_chunk *c)
 {
 	uint64_t deadline = 0;
 	while (c->state == RDMALLOC_CHUNK_GIVING || c->state == RDMALLOC_CHUNK_TAKING) {
-		uint64_t now = rdmalloc_now_ns();
-		if (!deadline && settles != settles_when_late) {
-			deadline = now + rdmalloc_fill_wait_ns;
-		} else if (!deadline || now >= deadline) {
+		if ((!deadline && settles == settles_when_late) || rdmalloc_fill_wait(&deadline)) {
 			settles_when_late = settles;
 			STAT_INC(fallbacks);
 			return ETIMEDOUT;
 		}
-		rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
 	}
 	return 0;
 }

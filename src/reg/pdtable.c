@@ -23,7 +23,6 @@
 #include "implicit.h"
 #include "lock.h"
 #include "log.h"
-#include "os.h"
 #include "region.h"
 #include "reserve.h"
 
@@ -106,16 +105,9 @@ int rdmalloc_register_steady(struct rdmalloc_chunk *c, unsigned *used)
 		 * too, or the PD table changes and reg_gen says so. */
 		uint64_t deadline = 0;
 		int late = 0;
-		while (attach_closing && !attach_late) {
-			uint64_t now = rdmalloc_now_ns();
-			if (!deadline) {
-				deadline = now + rdmalloc_fill_wait_ns;
-			} else if (now >= deadline) {
-				attach_late = late = 1;
-				break;
-			}
-			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
-		}
+		while (attach_closing && !attach_late && !(late = rdmalloc_fill_wait(&deadline)))
+			;
+		attach_late |= late;
 		unsigned long gen = reg_gen;
 		for (unsigned s = 0; s < RDMA_MALLOC_MAX_PDS; s++) {
 			want[s] = rdmalloc_pd_at(s);

@@ -388,6 +388,17 @@ RDMALLOC_TESTABLE unsigned rdmalloc_reserve_closes_waiting(void)
 
 RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns = RDMALLOC_FILL_WAIT_NS;
 
+int rdmalloc_fill_wait(uint64_t *deadline)
+{
+	uint64_t now = rdmalloc_now_ns();
+	if (!*deadline)
+		*deadline = now + rdmalloc_fill_wait_ns;
+	else if (now >= *deadline)
+		return 1;
+	rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, *deadline);
+	return 0;
+}
+
 void rdmalloc_reserve_wait_timed_out(const char *what)
 {
 	STAT_INC(reserve_wait_timeouts);
@@ -408,9 +419,9 @@ size_t rdmalloc_reserves_drop(int wait)
 	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a growth waiting for a cancelled fill goes on */
 	int late = 0;
 	if (wait && working && !working->late) {
-		uint64_t deadline = rdmalloc_now_ns() + rdmalloc_fill_wait_ns;
-		while (working && !working->late && !(late = rdmalloc_now_ns() >= deadline))
-			rdmalloc_lock_wait_until(RDMALLOC_LOCK_CHUNK, deadline);
+		uint64_t deadline = 0;
+		while (working && !working->late && !(late = rdmalloc_fill_wait(&deadline)))
+			;
 		if (late && working) /* listed or not: a closing heap's too */
 			rdmalloc_reserve_late_locked(working);
 	}

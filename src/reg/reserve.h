@@ -136,10 +136,10 @@ void rdmalloc_reserve_fork_child_reopen(struct rdmalloc_reserve *r);
 RDMALLOC_TESTABLE unsigned rdmalloc_reserve_closes_waiting(void);
 /* Memory pressure or a trim: release every ready chunk (reserve_discards;
  * one an attach or a detach works on is waited for up to
- * rdmalloc_fill_wait_ns, then kept) and forget the queue; chunks being made are dropped when made, or, with
- * @wait (memory pressure: what they hold is wanted now), waited for (up to
- * rdmalloc_fill_wait_ns) and dropped.  Returns the bytes released.  No
- * lock held. */
+ * rdmalloc_fill_wait_ns, then kept) and forget the queue; chunks being
+ * made are dropped when made, or, with @wait (memory pressure: what they
+ * hold is wanted now), waited for (up to rdmalloc_fill_wait_ns) and
+ * dropped.  Returns the bytes released.  No lock held. */
 size_t rdmalloc_reserves_drop(int wait);
 /*
  * How long an allocation waits for the thread (a growth for the chunk being
@@ -157,6 +157,10 @@ size_t rdmalloc_reserves_drop(int wait);
  */
 #define RDMALLOC_FILL_WAIT_NS (5ull * 1000000000u)
 extern RDMALLOC_TESTABLE uint64_t rdmalloc_fill_wait_ns;
+/* One wait on the chunk lock (held, released meanwhile) for work another
+ * thread does, bounded as above: the first call (*@deadline 0) starts the
+ * bound; 1, without waiting, once it has passed (the caller stops). */
+int rdmalloc_fill_wait(uint64_t *deadline);
 /* @r's work under way outlasted a wait: late, and its chunk dropped when
  * made (chunk lock held). */
 void rdmalloc_reserve_late_locked(struct rdmalloc_reserve *r);
