@@ -426,8 +426,9 @@ int rdmalloc_chunks_pinned(const struct rdmalloc_heap *heap);
  * Reports changed keys through @cb (called with the PD lock held: the
  * caller records them, and tells the program after unlocking); *@changed
  * counts them, and regions a failed ibv_rereg_mr left unusable
- * (RDMALLOC_REG_BROKEN, replaced by a later call).  0 or the errno of the first failure (what was done is left
- * done: the caller reverts).  The caller holds the PD lock.
+ * (RDMALLOC_REG_BROKEN, replaced by a later call).  0 or the errno of the
+ * first failure (what was done is left done: the caller reverts).  The
+ * caller holds the PD lock.
  */
 int rdmalloc_chunks_rereg(struct rdmalloc_heap *heap, unsigned access, int new_keys, unsigned stamp,
 			  rdma_heap_key_change_fn cb, void *ctx, unsigned long *changed);

@@ -135,14 +135,13 @@ static int demand_locked(struct rdmalloc_chunk *c, struct ibv_pd *pd)
 	}
 
 	rdmalloc_chunk_lock();
-	c->busy--;
 	if (err && first && !rdmalloc_registered_pds(c)) {
 		c->held = 0;
 		rdmalloc_held_bytes -= c->map_size;
 	} else if (!err && first) {
 		rdmalloc_reserve_want_tick(c->spec); /* pinned now: given back once idle for the decay time */
 	}
-	rdmalloc_lock_broadcast(RDMALLOC_LOCK_CHUNK); /* a release or a discard may wait for it */
+	let_go(c);
 	rdmalloc_chunk_unlock();
 	if (err) {
 		STAT_INC(demand_refusals);

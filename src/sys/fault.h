@@ -33,8 +33,9 @@
  *            before the caller's retry.
  *  THREAD_START  a new thread of ours (os.c), placed and not yet counted
  *            as running: fork() waits for it.
- *  FIRST_USE  a key lookup that found no registration (keys.c), after it
- *            found the chunk again and before it reads it.
+ *  FIRST_USE  a key lookup that found no registration (keys.c), after its
+ *            lock-free look for the chunk and before the look under the
+ *            PD lock.
  */
 #ifndef RDMALLOC_FAULT_H
 #define RDMALLOC_FAULT_H
@@ -58,8 +59,8 @@ enum rdmalloc_fault_site {
 /* RELIEVED: a registration's relief done, before its retry (reg/hold.c);
  * HEAPS_RELIEVED: an allocation's, before its retry (heap/heap.c);
  * THREAD_START: a new thread of ours before it runs its function (os.c);
- * FIRST_USE: a key lookup's second look, its chunk found and not yet
- * read (api/keys.c). */
+ * FIRST_USE: a key lookup's second look, between its lock-free look and
+ * the one under the PD lock (api/keys.c). */
 enum rdmalloc_pause_point {
 	RDMALLOC_PAUSE_RELIEVED = 0,
 	RDMALLOC_PAUSE_HEAPS_RELIEVED,

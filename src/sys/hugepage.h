@@ -17,8 +17,8 @@ enum rdmalloc_page_kind {
 /*
  * Map a chunk of at least @size bytes aligned to @align (>= 2 MiB) on huge
  * pages: explicit 1 GiB pages for chunks of 1 GiB or more (unless @no_1g),
- * explicit 2 MiB pages, transparent huge pages, 4 KiB pages, in that order; each fallback
- * is logged once and counted.  *@map_size gets the bytes mapped (@size
+ * explicit 2 MiB pages, transparent huge pages, 4 KiB pages, in that
+ * order; each fallback is logged once and counted.  *@map_size gets the bytes mapped (@size
  * rounded up to whole pages of the kind used), *@kind the kind.  NULL with
  * errno when not even plain memory could be mapped.
  */
